@@ -1,0 +1,54 @@
+//! Jobs: what a trace line or a jobs file describes.
+
+use std::fmt;
+
+/// A job's id: its 0-based position in the trace, as in Gavel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub u32);
+
+impl JobId {
+    /// The index as `usize`.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A deep-learning training job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// Id (0-based position in the trace).
+    pub id: JobId,
+    /// Model string, the key into the throughput table, e.g. `ResNet-50 (batch size 64)`.
+    pub job_type: String,
+    /// Gang size: GPUs the job's workers use at once (Gavel's scale factor).
+    pub scale_factor: u32,
+    /// Total work, in iterations (steps).
+    pub total_steps: u64,
+    /// Arrival time in seconds from the start of the trace.
+    pub arrival_s: f64,
+    /// Priority weight (1 by default).
+    pub priority_weight: f64,
+    /// Service-level objective in seconds, if any.
+    pub slo_s: Option<f64>,
+    /// How a real run would start it (kept so that traces round-trip).
+    pub launch: Launch,
+}
+
+/// The launch fields of a Gavel trace line. The simulator ignores them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Launch {
+    /// Command line.
+    pub command: String,
+    /// Working directory (10-column traces only).
+    pub working_directory: String,
+    /// The flag that sets the number of steps, e.g. `--num_steps`.
+    pub num_steps_arg: String,
+    /// Whether the command needs a data directory (`%s` in the command).
+    pub needs_data_dir: bool,
+}

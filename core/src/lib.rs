@@ -1,0 +1,16 @@
+//! `hadar-core`: the cluster and job model, throughput tables, schedulers,
+//! the round planner, metrics and the trace-driven simulator of Hadar.
+//!
+//! Data flows one way: inputs ([`cluster`], [`throughput`], [`trace`]) are
+//! checked into a [`workload::Workload`]; a scheduler turns the state of the
+//! jobs into a round plan; a backend (the simulator, or a real one) executes
+//! the plan and reports progress, which updates the state.
+
+pub mod cluster;
+pub mod error;
+pub mod job;
+pub mod throughput;
+pub mod trace;
+pub mod workload;
+
+pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! Gavel's workload generators (filled in below).
