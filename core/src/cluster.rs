@@ -212,7 +212,10 @@ impl Cluster {
     pub fn from_toml_str(text: &str, source: &str) -> Result<Self> {
         let location = Location::new(source);
         let file: ClusterFile = toml::from_str(text).map_err(|e| {
-            Error::parse(location.clone(), e.to_string().trim_end().replace('\n', "\n  "))
+            Error::parse(
+                location.clone(),
+                e.to_string().trim_end().replace('\n', "\n  "),
+            )
         })?;
         if file.node.is_empty() {
             return Err(Error::parse(
@@ -344,7 +347,9 @@ fn validate_type_name(ty: &str, location: &Location) -> Result<()> {
     } else {
         Err(Error::parse(
             location.clone(),
-            format!("`{ty}` is not a GPU type name; use letters, digits, `_`, `-` or `.` (e.g. v100)"),
+            format!(
+                "`{ty}` is not a GPU type name; use letters, digits, `_`, `-` or `.` (e.g. v100)"
+            ),
         ))
     }
 }
@@ -442,7 +447,10 @@ gpus = { t4 = 1 }
         let c = Cluster::from_toml_str(text, "c.toml").unwrap();
         assert_eq!(c.gpu_types(), ["a100", "t4"]);
         assert_eq!(
-            c.nodes().iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+            c.nodes()
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>(),
             ["big", "small-0", "small-1"]
         );
         assert_eq!(c.gpus_per_type(), vec![4, 4]);
@@ -456,10 +464,18 @@ gpus = { t4 = 1 }
             ("", "no [[node]]"),
             ("[[node]]\nname='a'\ngpus={v100=\"four\"}", "GPU count"),
             ("[[node]]\nname='a'\ngpus={v100=1}\nram=3", "unknown field"),
-            ("[[node]]\nname='a'\ngpus={v100=1}\n[[node]]\nname='a'\ngpus={v100=1}", "twice"),
-            ("gpu_types=['k80']\n[[node]]\ngpus={v100=1}", "does not list"),
+            (
+                "[[node]]\nname='a'\ngpus={v100=1}\n[[node]]\nname='a'\ngpus={v100=1}",
+                "twice",
+            ),
+            (
+                "gpu_types=['k80']\n[[node]]\ngpus={v100=1}",
+                "does not list",
+            ),
         ] {
-            let err = Cluster::from_toml_str(text, "c.toml").unwrap_err().to_string();
+            let err = Cluster::from_toml_str(text, "c.toml")
+                .unwrap_err()
+                .to_string();
             assert!(err.starts_with("c.toml"), "{err}");
             assert!(err.contains(needle), "{text}: {err}");
         }

@@ -14,3 +14,5 @@ pub mod trace;
 pub mod workload;
 
 pub use error::{Error, Result};
+pub mod bounds;
+pub mod lp;

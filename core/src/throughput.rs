@@ -93,9 +93,9 @@ impl ThroughputTable {
                 format!("not valid JSON ({e}); expected Gavel's throughput oracle format"),
             )
         })?;
-        let top = value.as_object().ok_or_else(|| {
-            Error::parse(location.clone(), "expected a JSON object of GPU types")
-        })?;
+        let top = value
+            .as_object()
+            .ok_or_else(|| Error::parse(location.clone(), "expected a JSON object of GPU types"))?;
         if top.is_empty() {
             return Err(Error::parse(location, "the table has no GPU types"));
         }
@@ -120,9 +120,12 @@ impl ThroughputTable {
                 let mut out = Rates::default();
                 for (other, r) in rates {
                     if other == "null" {
-                        out.isolated = r.as_f64().filter(|x| x.is_finite() && *x >= 0.0).ok_or_else(
-                            || Error::parse(at.field("null"), "expected a rate >= 0"),
-                        )?;
+                        out.isolated = r
+                            .as_f64()
+                            .filter(|x| x.is_finite() && *x >= 0.0)
+                            .ok_or_else(|| {
+                                Error::parse(at.field("null"), "expected a rate >= 0")
+                            })?;
                     } else {
                         let other_key = parse_gavel_key(other).ok_or_else(|| {
                             Error::parse(at.clone(), format!("bad co-location key `{other}`"))
@@ -134,7 +137,9 @@ impl ThroughputTable {
                             .ok_or_else(|| {
                                 Error::parse(
                                     at.clone(),
-                                    format!("co-location `{other}`: expected [self rate, other rate]"),
+                                    format!(
+                                        "co-location `{other}`: expected [self rate, other rate]"
+                                    ),
                                 )
                             })?;
                         out.colocated.push((other_key, pair));
@@ -188,16 +193,20 @@ impl ThroughputTable {
             if model.is_empty() {
                 return Err(Error::parse(at.field("model"), "empty model name"));
             }
-            let scale_factor: u32 = record[idx[1]]
-                .parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    Error::parse(
-                        at.field("scale_factor"),
-                        format!("`{}` is not a gang size (a whole number >= 1)", &record[idx[1]]),
-                    )
-                })?;
+            let scale_factor: u32 =
+                record[idx[1]]
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        Error::parse(
+                            at.field("scale_factor"),
+                            format!(
+                                "`{}` is not a gang size (a whole number >= 1)",
+                                &record[idx[1]]
+                            ),
+                        )
+                    })?;
             let gpu = record[idx[2]].to_string();
             if gpu.is_empty() {
                 return Err(Error::parse(at.field("gpu_type"), "empty GPU type"));
@@ -235,7 +244,10 @@ impl ThroughputTable {
             );
         }
         if by_type.is_empty() {
-            return Err(Error::parse(location, "the table has no rates (empty file?)"));
+            return Err(Error::parse(
+                location,
+                "the table has no rates (empty file?)",
+            ));
         }
         Ok(Self {
             by_type,
@@ -291,7 +303,8 @@ impl ThroughputTable {
 
     /// Isolated steps/s of the whole job, or `None` if the table lacks the entry.
     pub fn isolated(&self, model: &str, scale_factor: u32, gpu_type: &str) -> Option<f64> {
-        self.rates(model, scale_factor, gpu_type).map(|r| r.isolated)
+        self.rates(model, scale_factor, gpu_type)
+            .map(|r| r.isolated)
     }
 
     /// Every model, with the gang sizes the table has for it (on any GPU type).
@@ -375,15 +388,35 @@ mod tests {
     fn csv_errors() {
         for (text, needle) in [
             ("", "missing column"),
-            ("model,scale_factor,gpu_type\nx,1,v100\n", "steps_per_second"),
-            ("model,scale_factor,gpu_type,steps_per_second\nx,one,v100,1\n", "t.csv:2: field `scale_factor`"),
-            ("model,scale_factor,gpu_type,steps_per_second\nx,1,v100,fast\n", "t.csv:2: field `steps_per_second`"),
-            ("model,scale_factor,gpu_type,steps_per_second\nx,1,v100,-1\n", "not a rate"),
-            ("model,scale_factor,gpu_type,steps_per_second\nx,1,v100,1\nx,1,v100,2\n", "t.csv:3: duplicate"),
+            (
+                "model,scale_factor,gpu_type\nx,1,v100\n",
+                "steps_per_second",
+            ),
+            (
+                "model,scale_factor,gpu_type,steps_per_second\nx,one,v100,1\n",
+                "t.csv:2: field `scale_factor`",
+            ),
+            (
+                "model,scale_factor,gpu_type,steps_per_second\nx,1,v100,fast\n",
+                "t.csv:2: field `steps_per_second`",
+            ),
+            (
+                "model,scale_factor,gpu_type,steps_per_second\nx,1,v100,-1\n",
+                "not a rate",
+            ),
+            (
+                "model,scale_factor,gpu_type,steps_per_second\nx,1,v100,1\nx,1,v100,2\n",
+                "t.csv:3: duplicate",
+            ),
             ("model,scale_factor,gpu_type,steps_per_second\n", "no rates"),
-            ("model,scale_factor,gpu_type,steps_per_second\nx,1,v100\n", "t.csv:2"),
+            (
+                "model,scale_factor,gpu_type,steps_per_second\nx,1,v100\n",
+                "t.csv:2",
+            ),
         ] {
-            let err = ThroughputTable::from_csv(text, "t.csv").unwrap_err().to_string();
+            let err = ThroughputTable::from_csv(text, "t.csv")
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
     }
@@ -394,9 +427,15 @@ mod tests {
             ("", "not valid JSON"),
             ("[]", "object of GPU types"),
             ("{}", "no GPU types"),
-            (r#"{"v100": {"bad key": {"null": 1}}}"#, "('<model>', <scale factor>)"),
+            (
+                r#"{"v100": {"bad key": {"null": 1}}}"#,
+                "('<model>', <scale factor>)",
+            ),
             (r#"{"v100": {"('a', 1)": {"null": "x"}}}"#, "rate >= 0"),
-            (r#"{"v100": {"('a', 1)": {"null": 1, "('b', 1)": [1]}}}"#, "[self rate, other rate]"),
+            (
+                r#"{"v100": {"('a', 1)": {"null": 1, "('b', 1)": [1]}}}"#,
+                "[self rate, other rate]",
+            ),
         ] {
             let err = ThroughputTable::from_gavel_json(text, "t.json")
                 .unwrap_err()

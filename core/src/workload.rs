@@ -166,8 +166,14 @@ mod tests {
         let ok = Workload::new(vec![job("A3C", 1)], cluster.clone(), table.clone(), "t").unwrap();
         assert!(ok.rate(0, GpuTypeId(0)) > 0.0);
         for (j, needle) in [
-            (job("GPT-9", 1), "t:1: field `job_type`: unknown job type `GPT-9`"),
-            (job("ResNet-50 (batch size 64)", 64), "gang size 64 is not in the throughput table"),
+            (
+                job("GPT-9", 1),
+                "t:1: field `job_type`: unknown job type `GPT-9`",
+            ),
+            (
+                job("ResNet-50 (batch size 64)", 64),
+                "gang size 64 is not in the throughput table",
+            ),
         ] {
             let err = Workload::new(vec![j], cluster.clone(), table.clone(), "t")
                 .unwrap_err()
@@ -175,12 +181,25 @@ mod tests {
             assert!(err.contains(needle), "{err}");
         }
         let small = Arc::new(Cluster::from_short_form("v100=4,p100=2", 1).unwrap());
-        let err = Workload::new(vec![job("ResNet-50 (batch size 64)", 8)], small, table.clone(), "t")
+        let err = Workload::new(
+            vec![job("ResNet-50 (batch size 64)", 8)],
+            small,
+            table.clone(),
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("needs 8 GPUs, but the cluster has only 6"),
+            "{err}"
+        );
+        let a100 = Arc::new(Cluster::from_short_form("a100=4", 1).unwrap());
+        let err = Workload::new(vec![job("A3C", 1)], a100, table, "t")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("needs 8 GPUs, but the cluster has only 6"), "{err}");
-        let a100 = Arc::new(Cluster::from_short_form("a100=4", 1).unwrap());
-        let err = Workload::new(vec![job("A3C", 1)], a100, table, "t").unwrap_err().to_string();
-        assert!(err.contains("GPU type `a100` is not in the throughput table"), "{err}");
+        assert!(
+            err.contains("GPU type `a100` is not in the throughput table"),
+            "{err}"
+        );
     }
 }

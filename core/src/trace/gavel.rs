@@ -85,7 +85,11 @@ pub fn parse_trace(text: &str, source: &str) -> Result<(Vec<Job>, TraceFormat)> 
                 format!(
                     "{} columns, but the first line has {}; a trace uses one format",
                     cols.len(),
-                    if format == TraceFormat::TenColumn { 10 } else { 7 }
+                    if format == TraceFormat::TenColumn {
+                        10
+                    } else {
+                        7
+                    }
                 ),
             ));
         }
@@ -134,9 +138,8 @@ pub fn parse_trace(text: &str, source: &str) -> Result<(Vec<Job>, TraceFormat)> 
         last_arrival = job.arrival_s;
         jobs.push(job);
     }
-    let format = format.ok_or_else(|| {
-        Error::parse(location, "the trace is empty; expected one job per line")
-    })?;
+    let format = format
+        .ok_or_else(|| Error::parse(location, "the trace is empty; expected one job per line"))?;
     Ok((jobs, format))
 }
 
@@ -177,7 +180,10 @@ fn fmt_num(x: f64) -> String {
 
 fn non_empty(s: &str, at: &Location, field: &str) -> Result<String> {
     if s.trim().is_empty() {
-        Err(Error::parse(at.field(field), "empty; expected a model name such as `ResNet-50 (batch size 64)`"))
+        Err(Error::parse(
+            at.field(field),
+            "empty; expected a model name such as `ResNet-50 (batch size 64)`",
+        ))
     } else {
         Ok(s.to_string())
     }
@@ -187,7 +193,10 @@ fn parse_bool(s: &str, at: &Location, field: &str) -> Result<bool> {
     match s.trim() {
         "1" | "True" | "true" => Ok(true),
         "0" | "False" | "false" => Ok(false),
-        other => Err(Error::parse(at.field(field), format!("`{other}` is not 0 or 1"))),
+        other => Err(Error::parse(
+            at.field(field),
+            format!("`{other}` is not 0 or 1"),
+        )),
     }
 }
 
@@ -196,13 +205,21 @@ fn parse_number(s: &str, at: &Location, field: &str, what: &str) -> Result<f64> 
         .parse::<f64>()
         .ok()
         .filter(|x| x.is_finite())
-        .ok_or_else(|| Error::parse(at.field(field), format!("`{}` is not a number; expected {what}", s.trim())))
+        .ok_or_else(|| {
+            Error::parse(
+                at.field(field),
+                format!("`{}` is not a number; expected {what}", s.trim()),
+            )
+        })
 }
 
 fn parse_steps(s: &str, at: &Location, field: &str) -> Result<u64> {
     let x = parse_number(s, at, field, "a whole number of iterations >= 1")?;
     if x < 1.0 || x.fract() != 0.0 {
-        return Err(Error::parse(at.field(field), format!("`{}` is not a whole number of iterations >= 1", s.trim())));
+        return Err(Error::parse(
+            at.field(field),
+            format!("`{}` is not a whole number of iterations >= 1", s.trim()),
+        ));
     }
     Ok(x as u64)
 }
@@ -212,13 +229,24 @@ fn parse_scale(s: &str, at: &Location, field: &str) -> Result<u32> {
         .parse::<u32>()
         .ok()
         .filter(|n| *n >= 1)
-        .ok_or_else(|| Error::parse(at.field(field), format!("`{}` is not a gang size; expected a whole number >= 1", s.trim())))
+        .ok_or_else(|| {
+            Error::parse(
+                at.field(field),
+                format!(
+                    "`{}` is not a gang size; expected a whole number >= 1",
+                    s.trim()
+                ),
+            )
+        })
 }
 
 fn parse_positive(s: &str, at: &Location, field: &str) -> Result<f64> {
     let x = parse_number(s, at, field, "a number > 0")?;
     if x <= 0.0 {
-        return Err(Error::parse(at.field(field), format!("`{}` must be > 0", s.trim())));
+        return Err(Error::parse(
+            at.field(field),
+            format!("`{}` must be > 0", s.trim()),
+        ));
     }
     Ok(x)
 }
@@ -231,7 +259,10 @@ fn parse_slo(s: &str, at: &Location) -> Result<Option<f64>> {
 fn parse_time(s: &str, at: &Location, field: &str) -> Result<f64> {
     let x = parse_number(s, at, field, "seconds >= 0")?;
     if x < 0.0 {
-        return Err(Error::parse(at.field(field), format!("`{}` is negative; expected seconds >= 0", s.trim())));
+        return Err(Error::parse(
+            at.field(field),
+            format!("`{}` is negative; expected seconds >= 0", s.trim()),
+        ));
     }
     Ok(x)
 }
@@ -250,7 +281,9 @@ mod tests {
             "minimize_makespan.trace",
             "max_min_fairness.trace",
         ] {
-            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gavel").join(name);
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("data/gavel")
+                .join(name);
             let text = std::fs::read_to_string(&path).unwrap();
             let (jobs, format) = parse_trace(&text, name).unwrap();
             assert_eq!(format, TraceFormat::TenColumn);
@@ -283,7 +316,10 @@ mod tests {
         let cases: Vec<(String, &str)> = vec![
             (String::new(), "t.trace: the trace is empty"),
             ("a\tb\tc".into(), "t.trace:1: 3 tab-separated columns"),
-            (with(5, "many"), "t.trace:1: field `total_steps`: `many` is not a number"),
+            (
+                with(5, "many"),
+                "t.trace:1: field `total_steps`: `many` is not a number",
+            ),
             (with(5, "0"), "field `total_steps`"),
             (with(6, "0"), "field `scale_factor`"),
             (with(6, "x"), "field `scale_factor`"),
@@ -292,8 +328,14 @@ mod tests {
             (with(9, "soon"), "field `arrival_time`"),
             (with(9, "-5"), "field `arrival_time`"),
             (with(0, ""), "field `job_type`"),
-            (format!("{}\n{}", with(9, "10"), with(9, "5")), "t.trace:2: field `arrival_time`: arrival 5 is before"),
-            (format!("{}\n{}", ten(ok), "m\tc\t--n\t1\t100\t0\t1"), "t.trace:2: 7 columns, but the first line has 10"),
+            (
+                format!("{}\n{}", with(9, "10"), with(9, "5")),
+                "t.trace:2: field `arrival_time`: arrival 5 is before",
+            ),
+            (
+                format!("{}\n{}", ten(ok), "m\tc\t--n\t1\t100\t0\t1"),
+                "t.trace:2: 7 columns, but the first line has 10",
+            ),
         ];
         for (text, needle) in cases {
             let err = parse_trace(&text, "t.trace").unwrap_err().to_string();

@@ -1,0 +1,208 @@
+//! Lower bounds: how far is a schedule from the best possible?
+//!
+//! * [`makespan_lower_bound`]: an LP relaxation of the gang model. Job `j`
+//!   runs `a[j,w]` seconds as a whole gang on type `w` (fractional, any
+//!   order); it cannot run before it arrives nor on more than its gang at a
+//!   time, and no type gives more GPU-seconds than it has. Minimizing the end
+//!   time `T` bounds the makespan of every gang schedule, Gavel's and Hadar's
+//!   (a gang split over types runs at its slowest worker's rate, which the
+//!   relaxation can always match by time-sharing the same GPU-seconds).
+//! * [`jct_lower_bound`]: each job alone on its fastest type from its arrival.
+
+use crate::error::Result;
+use crate::lp::{Expression, Lp, LpSolver};
+use crate::workload::Workload;
+
+/// How many arrival-time breakpoints the makespan bound uses for its
+/// "late jobs only get late capacity" constraints. Any subset keeps the bound
+/// valid; more make it tighter for continuous traces.
+const ARRIVAL_BREAKPOINTS: usize = 24;
+
+/// The LP lower bound on the makespan of `workload` (seconds from trace start).
+pub fn makespan_lower_bound(workload: &Workload) -> Result<f64> {
+    let jobs = workload.jobs();
+    let cluster = workload.cluster();
+    let counts = cluster.gpus_per_type();
+    let types = counts.len();
+    let mut lp = Lp::new();
+    let t_end = lp.nonneg();
+    // a[j][w], only where the job can run.
+    let mut a: Vec<Vec<(usize, good_lp::Variable)>> = Vec::with_capacity(jobs.len());
+    for (j, job) in jobs.iter().enumerate() {
+        let mut row = Vec::new();
+        let mut work = Expression::from(0.0);
+        let mut time = Expression::from(0.0);
+        for (w, &rate) in workload.rates_of(j).iter().enumerate() {
+            if rate > 0.0 && counts[w] >= job.scale_factor {
+                let v = lp.nonneg();
+                work.add_mul(rate, v);
+                time.add_mul(1.0, v);
+                row.push((w, v));
+            }
+        }
+        lp.ge(work, job.total_steps as f64);
+        // sum_w a[j,w] <= T - arrival_j
+        time.add_mul(-1.0, t_end);
+        lp.le(time, -job.arrival_s);
+        a.push(row);
+    }
+    // Capacity from each breakpoint on: jobs arriving at or after `t0` use
+    // GPU-seconds only in [t0, T].
+    let mut arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
+    arrivals.dedup();
+    let step = arrivals.len().div_ceil(ARRIVAL_BREAKPOINTS).max(1);
+    let breakpoints: Vec<f64> = arrivals.iter().step_by(step).copied().collect();
+    for &t0 in &breakpoints {
+        for (w, &count) in counts.iter().enumerate().take(types) {
+            let mut used = Expression::from(0.0);
+            for (j, row) in a.iter().enumerate() {
+                if jobs[j].arrival_s >= t0 {
+                    for &(ww, v) in row {
+                        if ww == w {
+                            used.add_mul(f64::from(jobs[j].scale_factor), v);
+                        }
+                    }
+                }
+            }
+            used.add_mul(-f64::from(count), t_end);
+            lp.le(used, -f64::from(count) * t0);
+        }
+    }
+    let solver = if jobs.len() > 300 {
+        LpSolver::InteriorPoint
+    } else {
+        LpSolver::Simplex
+    };
+    let solution = lp.solve(t_end.into(), false, solver, "the makespan lower bound")?;
+    Ok(solution.value(t_end))
+}
+
+/// Each job's JCT if it ran alone on its fastest type from its arrival.
+pub fn isolated_jct(workload: &Workload, job: usize) -> f64 {
+    let best = workload.rates_of(job).iter().copied().fold(0.0, f64::max);
+    workload.jobs()[job].total_steps as f64 / best
+}
+
+/// The no-queueing bound on mean JCT over `jobs` (indices).
+pub fn jct_lower_bound(workload: &Workload, jobs: impl IntoIterator<Item = usize>) -> f64 {
+    let (sum, n) = jobs.into_iter().fold((0.0, 0usize), |(s, n), j| {
+        (s + isolated_jct(workload, j), n + 1)
+    });
+    if n == 0 {
+        0.0
+    } else {
+        sum / n as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::job::{Job, JobId, Launch};
+    use crate::throughput::ThroughputTable;
+
+    fn job(id: u32, steps: u64, arrival: f64) -> Job {
+        Job {
+            id: JobId(id),
+            job_type: "m".into(),
+            scale_factor: 1,
+            total_steps: steps,
+            arrival_s: arrival,
+            priority_weight: 1.0,
+            slo_s: None,
+            launch: Launch::default(),
+        }
+    }
+
+    fn table() -> Arc<ThroughputTable> {
+        let mut t = ThroughputTable::default();
+        t.set_isolated("m", 1, "fast", 2.0);
+        t.set_isolated("m", 1, "slow", 1.0);
+        Arc::new(t)
+    }
+
+    #[test]
+    fn hand_computed_bound() {
+        // One fast and one slow GPU; two jobs of 600 steps at t=0.
+        // Total work 1200 steps at 3 steps/s combined: T >= 400 s. Each job
+        // alone on the fast GPU needs 300 s, so 400 s is the bound.
+        let cluster = Arc::new(Cluster::from_short_form("fast=1,slow=1", 1).unwrap());
+        let w = Workload::new(
+            vec![job(0, 600, 0.0), job(1, 600, 0.0)],
+            cluster,
+            table(),
+            "t",
+        )
+        .unwrap();
+        let lb = makespan_lower_bound(&w).unwrap();
+        assert!((lb - 400.0).abs() < 1e-6, "{lb}");
+        assert!((jct_lower_bound(&w, 0..2) - 300.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn arrivals_push_the_bound() {
+        // A job arriving at 1000 s that needs 300 s on the fastest GPU ends at 1300 s or later.
+        let cluster = Arc::new(Cluster::from_short_form("fast=1,slow=1", 1).unwrap());
+        let w = Workload::new(
+            vec![job(0, 10, 0.0), job(1, 600, 1000.0)],
+            cluster,
+            table(),
+            "t",
+        )
+        .unwrap();
+        let lb = makespan_lower_bound(&w).unwrap();
+        assert!((lb - 1300.0).abs() < 1e-6, "{lb}");
+    }
+}
+
+#[cfg(test)]
+mod gavel_bounds {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::throughput::ThroughputTable;
+    use crate::trace::parse_trace;
+
+    fn workload(trace: &str, table: &str, cluster: &str) -> Workload {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("data/gavel")
+            .join(trace);
+        let (jobs, _) = parse_trace(&std::fs::read_to_string(path).unwrap(), trace).unwrap();
+        let cluster = Arc::new(Cluster::from_short_form(cluster, 1).unwrap());
+        Workload::new(
+            jobs,
+            cluster,
+            Arc::new(ThroughputTable::load(table).unwrap()),
+            trace,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn physical_makespan_trace_gang_bound_is_17_09_hours() {
+        // The figure the Gavel data README gives for this trace.
+        let w = workload(
+            "minimize_makespan.trace",
+            "gavel-physical",
+            "v100=8,p100=16,k80=24",
+        );
+        let hours = makespan_lower_bound(&w).unwrap() / 3600.0;
+        assert!((hours - 17.09).abs() < 0.01, "{hours}");
+    }
+
+    #[test]
+    fn run_a_bound_is_below_gavels_best() {
+        // Gavel's min_total_duration_perf reaches 42.20 h, "1.3% above" the bound.
+        let w = workload(
+            "static_100jobs_multigpu_seed0.trace",
+            "gavel",
+            "v100=4,p100=4,k80=4",
+        );
+        let hours = makespan_lower_bound(&w).unwrap() / 3600.0;
+        assert!(hours < 42.20 && hours > 42.20 / 1.02, "{hours}");
+    }
+}
