@@ -106,6 +106,19 @@ impl Workload {
         })
     }
 
+    /// The jobs with the given indices, renumbered from 0 (for bounds over a window).
+    pub fn subset(&self, indices: &[usize]) -> Result<Self> {
+        let jobs: Vec<Job> = indices
+            .iter()
+            .enumerate()
+            .map(|(new, &i)| Job {
+                id: crate::job::JobId(new as u32),
+                ..self.jobs[i].clone()
+            })
+            .collect();
+        Self::new(jobs, self.cluster.clone(), self.table.clone(), "<subset>")
+    }
+
     /// The jobs, by id.
     pub fn jobs(&self) -> &[Job] {
         &self.jobs

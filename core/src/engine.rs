@@ -1,0 +1,281 @@
+//! The round loop: arrivals -> scheduler -> plan -> backend -> progress -> state.
+//!
+//! The same loop drives the simulator and (later) real backends; only the
+//! backend differs. It records what metrics need and nothing else.
+
+use std::time::Instant;
+
+use crate::backend::{RoundBackend, RoundReport};
+use crate::error::{Error, Result};
+use crate::job::JobId;
+use crate::metrics::{DecisionRecord, GpuSpan, RoundRecord};
+use crate::plan::RoundPlan;
+use crate::scheduler::{RoundContext, Scheduler};
+use crate::state::{JobsState, Phase};
+use crate::workload::Workload;
+
+/// Rounds in a row with nothing to run and nothing arriving before the loop
+/// gives up (a job that fits nowhere, for instance).
+const MAX_IDLE_ROUNDS: u32 = 10_000;
+
+/// How the loop runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopSettings {
+    /// Nominal round length (s).
+    pub round_s: f64,
+    /// Stop once every job with an id in this range has finished (Gavel's
+    /// continuous experiments); `None`: run until every job has finished.
+    pub window: Option<(u32, u32)>,
+}
+
+/// A progress tick, sent after each round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Simulated time (s).
+    pub now_s: f64,
+    /// Measured jobs finished.
+    pub done: usize,
+    /// Measured jobs.
+    pub total: usize,
+}
+
+/// What the loop observed.
+#[derive(Debug, Clone)]
+pub struct LoopOutcome {
+    /// Final state of every job.
+    pub state: JobsState,
+    /// Rounds.
+    pub rounds: Vec<RoundRecord>,
+    /// GPU timeline (consecutive rounds of one job on one GPU merged).
+    pub spans: Vec<GpuSpan>,
+    /// Busy seconds per GPU.
+    pub gpu_busy_s: Vec<f64>,
+    /// Timed scheduler solves.
+    pub decisions: Vec<DecisionRecord>,
+    /// Clock at the end (s).
+    pub end_s: f64,
+}
+
+/// Runs rounds until the work is done.
+pub fn run_rounds(
+    workload: &Workload,
+    scheduler: &mut dyn Scheduler,
+    backend: &mut dyn RoundBackend,
+    settings: &LoopSettings,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<LoopOutcome> {
+    if !(settings.round_s > 0.0 && settings.round_s.is_finite()) {
+        return Err(Error::setting("round_seconds", "must be a number of seconds > 0"));
+    }
+    let jobs = workload.jobs();
+    let n = jobs.len();
+    let measured = |j: usize| match settings.window {
+        Some((a, b)) => (a as usize..b as usize).contains(&j),
+        None => true,
+    };
+    let total = (0..n).filter(|&j| measured(j)).count();
+    let mut state = JobsState::new(workload);
+    let mut next = 0usize;
+    let mut now = jobs.first().map_or(0.0, |j| j.arrival_s);
+    let mut arrived: Vec<JobId> = Vec::new();
+    let mut completed: Vec<JobId> = Vec::new();
+    let mut last: Option<RoundReport> = None;
+    let mut rounds = Vec::new();
+    let mut decisions = Vec::new();
+    let mut gpu_busy_s = vec![0.0; workload.cluster().num_gpus()];
+    let mut open_spans: Vec<Option<GpuSpan>> = vec![None; workload.cluster().num_gpus()];
+    let mut spans = Vec::new();
+    let mut done = 0usize;
+    let mut idle_rounds = 0u32;
+    let mut index = 0u64;
+    loop {
+        while next < n && jobs[next].arrival_s <= now {
+            state.jobs[next].phase = Phase::Active;
+            state.active.push(JobId(next as u32));
+            arrived.push(JobId(next as u32));
+            next += 1;
+        }
+        if done == total {
+            break;
+        }
+        if state.active.is_empty() {
+            if next == n {
+                break;
+            }
+            now = jobs[next].arrival_s;
+            last = None;
+            continue;
+        }
+        let ctx = RoundContext {
+            workload,
+            state: &state,
+            now_s: now,
+            round: index,
+            round_s: settings.round_s,
+            arrived: &arrived,
+            completed: &completed,
+            last_round: last.as_ref(),
+        };
+        let started = Instant::now();
+        let decision = scheduler.plan(&ctx)?;
+        if decision.solved {
+            decisions.push(DecisionRecord {
+                sim_time_s: now,
+                active_jobs: state.active.len() as u32,
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        arrived.clear();
+        completed.clear();
+        let plan = RoundPlan {
+            index,
+            start_s: now,
+            length_s: settings.round_s,
+            tasks: decision.tasks,
+        };
+        check_plan(workload, &plan, scheduler.name())?;
+        let report = backend.run_round(&plan, &state)?;
+        index += 1;
+
+        // Apply progress.
+        let cluster = workload.cluster();
+        let mut busy = vec![0u32; cluster.gpu_types().len()];
+        for (task, r) in plan.tasks.iter().zip(&report.tasks) {
+            let j = task.job.index();
+            let js = &mut state.jobs[j];
+            js.task_rounds += 1;
+            if r.steps > 0 {
+                js.first_start_s.get_or_insert(now);
+            }
+            js.done_steps += r.steps;
+            js.gpu_seconds += r.busy_s * f64::from(r.gpus);
+            if let Some(ty) = r.gpu_type {
+                js.seconds_on_type[ty.index()] += r.busy_s;
+            }
+            for &g in &task.gpus {
+                busy[cluster.gpu(g).gpu_type.index()] += 1;
+                gpu_busy_s[g.index()] += r.busy_s;
+                extend_span(&mut open_spans[g.index()], &mut spans, g.0, task.job.0, now, now + r.busy_s);
+            }
+            if js.phase == Phase::Active && js.done_steps >= jobs[j].total_steps {
+                let finish = now + r.busy_s;
+                js.finish_s = Some(js.finish_s.map_or(finish, |f: f64| f.max(finish)));
+            }
+        }
+        let newly: Vec<JobId> = state
+            .active
+            .iter()
+            .copied()
+            .filter(|j| state.jobs[j.index()].finish_s.is_some())
+            .collect();
+        for j in &newly {
+            state.jobs[j.index()].phase = Phase::Finished;
+            if measured(j.index()) {
+                done += 1;
+            }
+        }
+        state.active.retain(|j| state.jobs[j.index()].phase == Phase::Active);
+        completed.extend(newly);
+        rounds.push(RoundRecord {
+            start_s: now,
+            end_s: report.end_s,
+            active_jobs: (state.active.len() + completed.len()) as u32,
+            busy_gpus: busy,
+        });
+        if plan.tasks.is_empty() {
+            idle_rounds += 1;
+            if idle_rounds > MAX_IDLE_ROUNDS {
+                return Err(stalled(workload, &state));
+            }
+            // Nothing ran: jump to the next arrival, or wait a round.
+            now = if next < n && jobs[next].arrival_s > now {
+                jobs[next].arrival_s
+            } else {
+                now + settings.round_s
+            };
+            last = None;
+        } else {
+            idle_rounds = 0;
+            now = report.end_s;
+            last = Some(report);
+        }
+        progress(Progress { now_s: now, done, total });
+    }
+    spans.extend(open_spans.into_iter().flatten());
+    spans.sort_by(|a, b| a.gpu.cmp(&b.gpu).then(a.start_s.total_cmp(&b.start_s)));
+    Ok(LoopOutcome {
+        state,
+        rounds,
+        spans,
+        gpu_busy_s,
+        decisions,
+        end_s: now,
+    })
+}
+
+fn extend_span(
+    open: &mut Option<GpuSpan>,
+    closed: &mut Vec<GpuSpan>,
+    gpu: u32,
+    job: u32,
+    start: f64,
+    end: f64,
+) {
+    if let Some(s) = open {
+        if s.job == job && (s.end_s - start).abs() < 1.0 {
+            s.end_s = end;
+            return;
+        }
+        closed.push(s.clone());
+    }
+    *open = Some(GpuSpan {
+        gpu,
+        job,
+        start_s: start,
+        end_s: end,
+    });
+}
+
+/// Rejects plans that give a GPU twice, run a finished job, or split a gang
+/// copy into something the table cannot rate.
+fn check_plan(workload: &Workload, plan: &RoundPlan, policy: &str) -> Result<()> {
+    let mut used = vec![false; workload.cluster().num_gpus()];
+    for t in &plan.tasks {
+        if t.gpus.is_empty() {
+            return Err(internal(policy, format!("job {} got a task with no GPU", t.job)));
+        }
+        for &g in &t.gpus {
+            if std::mem::replace(&mut used[g.index()], true) {
+                return Err(internal(policy, format!("GPU {} given twice in round {}", g.0, plan.index)));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn internal(policy: &str, message: String) -> Error {
+    Error::Solver {
+        what: format!("policy {policy}"),
+        message: format!("invalid plan: {message} (a defect; please report it)"),
+    }
+}
+
+fn stalled(workload: &Workload, state: &JobsState) -> Error {
+    let stuck: Vec<String> = state
+        .active
+        .iter()
+        .take(5)
+        .map(|j| {
+            let job = &workload.jobs()[j.index()];
+            format!("job {} (`{}`, gang {})", j, job.job_type, job.scale_factor)
+        })
+        .collect();
+    Error::inconsistent(
+        crate::error::Location::new("simulation"),
+        format!(
+            "no progress for {MAX_IDLE_ROUNDS} rounds; these jobs can never be placed by this \
+             policy: {} (a gang larger than the GPUs of any one type it can run on?)",
+            stuck.join(", ")
+        ),
+    )
+}

@@ -1,0 +1,85 @@
+//! A round's plan: which task of which job runs on which GPUs.
+//!
+//! A task is one job's gang, or one copy of a job (HadarE), on a set of GPUs
+//! that may span types and nodes (Hadar's task-level heterogeneity). The
+//! scheduler decides plans; a backend executes them.
+
+use crate::cluster::{Cluster, GpuId};
+use crate::job::JobId;
+use crate::workload::Workload;
+
+/// A job's task for one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// The job.
+    pub job: JobId,
+    /// Copy index: 0 for a job's only gang; 0..n for HadarE copies.
+    pub copy: u32,
+    /// The GPUs its workers use.
+    pub gpus: Vec<GpuId>,
+}
+
+/// What one round runs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RoundPlan {
+    /// Round number, from 0.
+    pub index: u64,
+    /// Start time (s from trace start).
+    pub start_s: f64,
+    /// Nominal length (s).
+    pub length_s: f64,
+    /// The tasks; no GPU appears twice.
+    pub tasks: Vec<Task>,
+}
+
+/// How a gang spread over several GPU types progresses (setting `mixed_rate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MixedRate {
+    /// Synchronous training runs at the slowest worker's pace (the default).
+    #[default]
+    Min,
+    /// The mean of the per-type rates (an optimistic model, for comparison).
+    Mean,
+}
+
+/// Steps/s of a task: its job's table rate at the task's size on the task's
+/// GPU types, combined by `mixed` when the types differ. 0 if it cannot run.
+pub fn task_rate(workload: &Workload, task: &Task, mixed: MixedRate) -> f64 {
+    let cluster: &Cluster = workload.cluster();
+    let j = task.job.index();
+    let size = task.gpus.len() as u32;
+    let full = size == workload.jobs()[j].scale_factor;
+    let mut min = f64::INFINITY;
+    let mut sum = 0.0;
+    let mut n = 0u32;
+    let mut seen = 0u64; // bit set of types already counted (types beyond 64 counted per GPU)
+    for &g in &task.gpus {
+        let ty = cluster.gpu(g).gpu_type;
+        let bit = 1u64.checked_shl(u32::from(ty.0)).unwrap_or(0);
+        if bit != 0 && seen & bit != 0 {
+            continue;
+        }
+        seen |= bit;
+        let r = if full {
+            workload.rate(j, ty)
+        } else {
+            workload.rate_at(j, size, ty).unwrap_or(0.0)
+        };
+        min = min.min(r);
+        sum += r;
+        n += 1;
+    }
+    if n == 0 {
+        return 0.0;
+    }
+    match mixed {
+        MixedRate::Min => min,
+        MixedRate::Mean => {
+            if min <= 0.0 {
+                0.0
+            } else {
+                sum / f64::from(n)
+            }
+        }
+    }
+}

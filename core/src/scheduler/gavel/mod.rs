@@ -1,0 +1,361 @@
+//! Gavel-style baselines: an allocation policy recomputed on arrivals and
+//! completions (at most every `realloc_interval_s`), and Gavel's round-based
+//! placement that makes each job's received time track its allocation.
+//!
+//! The rules follow Gavel's simulator (`scheduler.py`) closely enough to
+//! reproduce its published numbers; `docs/gavel.md` lists them, and where we
+//! depart on purpose.
+
+pub mod policies;
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::cluster::{GpuId, GpuTypeId};
+use crate::error::Result;
+use crate::job::JobId;
+use crate::plan::Task;
+use crate::scheduler::{Decision, PolicyKind, RoundContext, Scheduler, SchedulerSettings};
+use crate::workload::Workload;
+
+use policies::{AllocationInput, AllocationPolicy, FinishTimeFairness, Fifo, MaxMinFairness, MinTotalDuration};
+
+/// How the policy sees rates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RateView {
+    /// The table's rates.
+    Perf,
+    /// Every rate 1 (type-agnostic max-min fairness).
+    Ones,
+    /// Every type as fast as the reference (first) type.
+    Reference,
+}
+
+/// A Gavel-style scheduler.
+pub struct GavelScheduler {
+    kind: PolicyKind,
+    policy: Box<dyn AllocationPolicy>,
+    view: RateView,
+    /// Fixed type order (heterogeneity-aware policies) or shuffled per round.
+    shuffle: ChaCha8Rng,
+    fixed_order: bool,
+    fifo: bool,
+    realloc_interval_s: f64,
+    k: usize,
+    /// `allocation[j * k + w]`, valid where `in_allocation[j]`.
+    allocation: Vec<f64>,
+    in_allocation: Vec<bool>,
+    /// Seconds job j received on type w since the last reset, plus a prior of round/2.
+    job_time: Vec<f64>,
+    /// Seconds all jobs received on type w since the last reset (per job, not per GPU).
+    type_time: Vec<f64>,
+    deficits: Vec<f64>,
+    last_reset_s: f64,
+    need_update: bool,
+    /// The GPUs each job held last round (to keep them: a lease extension).
+    held: Vec<Vec<GpuId>>,
+}
+
+impl std::fmt::Debug for GavelScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GavelScheduler")
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GavelScheduler {
+    /// A scheduler for `kind` over `workload`.
+    pub fn new(kind: PolicyKind, workload: &Workload, settings: &SchedulerSettings) -> Result<Self> {
+        if settings.realloc_interval_s < 0.0 || !settings.realloc_interval_s.is_finite() {
+            return Err(crate::Error::setting(
+                "realloc_interval_s",
+                "must be a number of seconds >= 0",
+            ));
+        }
+        let solver = settings.solver;
+        let (policy, view): (Box<dyn AllocationPolicy>, RateView) = match kind {
+            PolicyKind::MaxMinFairnessPerf => (Box::new(MaxMinFairness { solver }), RateView::Perf),
+            PolicyKind::MaxMinFairness => (Box::new(MaxMinFairness { solver }), RateView::Ones),
+            PolicyKind::MinTotalDurationPerf => (Box::new(MinTotalDuration { solver }), RateView::Perf),
+            PolicyKind::MinTotalDuration => (Box::new(MinTotalDuration { solver }), RateView::Reference),
+            PolicyKind::FinishTimeFairnessPerf => {
+                (Box::new(FinishTimeFairness::new(solver)), RateView::Perf)
+            }
+            PolicyKind::FinishTimeFairness => {
+                (Box::new(FinishTimeFairness::new(solver)), RateView::Reference)
+            }
+            PolicyKind::FifoPerf => (Box::new(Fifo::new(true, settings.seed)), RateView::Perf),
+            // FIFO ignores rate magnitudes when it draws a type, but must see
+            // which types a job cannot run on at all.
+            PolicyKind::Fifo => (Box::new(Fifo::new(false, settings.seed)), RateView::Perf),
+        };
+        let n = workload.jobs().len();
+        let k = workload.cluster().gpu_types().len();
+        Ok(Self {
+            kind,
+            policy,
+            view,
+            // A stream of its own, so that the type order does not depend on other draws.
+            shuffle: ChaCha8Rng::seed_from_u64(settings.seed.wrapping_add(5)),
+            // Gavel shuffles the type order every round for the type-agnostic policies.
+            fixed_order: !matches!(
+                kind,
+                PolicyKind::MaxMinFairness
+                    | PolicyKind::MinTotalDuration
+                    | PolicyKind::FinishTimeFairness
+                    | PolicyKind::Fifo
+            ),
+            fifo: matches!(kind, PolicyKind::FifoPerf | PolicyKind::Fifo),
+            realloc_interval_s: settings.realloc_interval_s,
+            k,
+            allocation: vec![0.0; n * k],
+            in_allocation: vec![false; n],
+            job_time: vec![0.0; n * k],
+            type_time: vec![0.0; k],
+            deficits: vec![0.0; n * k],
+            last_reset_s: 0.0,
+            need_update: true,
+            held: vec![Vec::new(); n],
+        })
+    }
+
+    /// Books the last round's run time (Gavel counts it once per job, not per GPU).
+    fn account(&mut self, ctx: &RoundContext<'_>) {
+        let Some(report) = ctx.last_round else { return };
+        for t in &report.tasks {
+            if t.steps == 0 {
+                continue;
+            }
+            if let Some(w) = t.gpu_type {
+                self.job_time[t.job.index() * self.k + w.index()] += t.busy_s;
+                self.type_time[w.index()] += t.busy_s;
+            }
+        }
+    }
+
+    /// Gavel's `_reset_time_run_so_far`: turns the time received since the
+    /// last reset into deficits against the old allocation, then restarts
+    /// the counts from a prior of half a round per job and type.
+    fn reset(&mut self, ctx: &RoundContext<'_>) {
+        let elapsed = ctx.now_s - self.last_reset_s;
+        let prior = ctx.round_s / 2.0;
+        let k = self.k;
+        for w in 0..k {
+            self.type_time[w] = 0.0;
+            for &j in &ctx.state.active {
+                let i = j.index() * k + w;
+                let received = self.job_time[i] - prior;
+                let should = if self.in_allocation[j.index()] {
+                    self.allocation[i] * elapsed
+                } else {
+                    0.0
+                };
+                self.deficits[i] += should - received;
+                self.job_time[i] = prior;
+                self.type_time[w] += prior;
+            }
+        }
+        self.last_reset_s = ctx.now_s;
+    }
+
+    fn recompute(&mut self, ctx: &RoundContext<'_>) -> Result<()> {
+        let w = ctx.workload;
+        let jobs = &ctx.state.active;
+        let k = self.k;
+        let gpus = w.cluster().gpus_per_type();
+        let mut rates = Vec::with_capacity(jobs.len() * k);
+        for &j in jobs {
+            let r = w.rates_of(j.index());
+            match self.view {
+                RateView::Perf => rates.extend_from_slice(r),
+                RateView::Ones => rates.extend(std::iter::repeat_n(1.0, k)),
+                RateView::Reference => rates.extend(std::iter::repeat_n(r[0], k)),
+            }
+        }
+        let sf: Vec<u32> = jobs.iter().map(|j| w.jobs()[j.index()].scale_factor).collect();
+        let weights: Vec<f64> = jobs.iter().map(|j| w.jobs()[j.index()].priority_weight).collect();
+        let remaining: Vec<f64> = jobs
+            .iter()
+            .map(|&j| ctx.state.remaining(w, j) as f64)
+            .collect();
+        let since: Vec<f64> = jobs
+            .iter()
+            .map(|j| ctx.now_s - w.jobs()[j.index()].arrival_s)
+            .collect();
+        let input = AllocationInput {
+            jobs,
+            rates: &rates,
+            scale_factors: &sf,
+            weights: &weights,
+            remaining: &remaining,
+            since_arrival: &since,
+            gpus: &gpus,
+        };
+        let x = self.policy.allocate(&input)?;
+        self.in_allocation.iter_mut().for_each(|b| *b = false);
+        for (i, &j) in jobs.iter().enumerate() {
+            self.in_allocation[j.index()] = true;
+            self.allocation[j.index() * k..(j.index() + 1) * k].copy_from_slice(&x[i * k..(i + 1) * k]);
+        }
+        Ok(())
+    }
+
+    fn priority(&self, w: &Workload, j: JobId, ty: usize) -> f64 {
+        if !self.in_allocation[j.index()] {
+            return 0.0;
+        }
+        let i = j.index() * self.k + ty;
+        let a = self.allocation[i];
+        if a == 0.0 || w.rates_of(j.index())[ty] == 0.0 {
+            return 0.0;
+        }
+        let frac = if self.type_time[ty] == 0.0 {
+            0.0
+        } else {
+            self.job_time[i] / self.type_time[ty]
+        };
+        if frac > 0.0 {
+            a / frac
+        } else {
+            a * 1e9
+        }
+    }
+}
+
+impl Scheduler for GavelScheduler {
+    fn name(&self) -> &str {
+        self.kind.name()
+    }
+
+    fn plan(&mut self, ctx: &RoundContext<'_>) -> Result<Decision> {
+        let w = ctx.workload;
+        let k = self.k;
+        self.account(ctx);
+        for &j in ctx.completed {
+            self.held[j.index()].clear();
+        }
+        if !ctx.arrived.is_empty() || !ctx.completed.is_empty() {
+            self.need_update = true;
+        }
+        let reset_due =
+            ctx.now_s - self.last_reset_s >= self.realloc_interval_s || self.last_reset_s == 0.0;
+        let mut solved = false;
+        if self.need_update && reset_due && !ctx.state.active.is_empty() {
+            self.reset(ctx);
+            self.recompute(ctx)?;
+            self.need_update = false;
+            solved = true;
+        }
+
+        // Types in placement order.
+        let mut order: Vec<usize> = (0..k).collect();
+        if !self.fixed_order {
+            order.shuffle(&mut self.shuffle);
+        }
+        // Per type, jobs by (priority, deficit, allocation), descending; ties by id.
+        let mut queue: Vec<(JobId, usize)> = Vec::with_capacity(ctx.state.active.len() * k);
+        let mut keyed: Vec<(f64, f64, f64, JobId)> = Vec::with_capacity(ctx.state.active.len());
+        for &ty in &order {
+            keyed.clear();
+            for &j in &ctx.state.active {
+                let i = j.index() * k + ty;
+                let alloc = if self.in_allocation[j.index()] { self.allocation[i] } else { 0.0 };
+                keyed.push((self.priority(w, j, ty), self.deficits[i], alloc, j));
+            }
+            keyed.sort_by(|a, b| {
+                b.0.total_cmp(&a.0)
+                    .then(b.1.total_cmp(&a.1))
+                    .then(b.2.total_cmp(&a.2))
+                    .then(a.3.cmp(&b.3))
+            });
+            queue.extend(keyed.iter().map(|e| (e.3, ty)));
+        }
+        let mut left = w.cluster().gpus_per_type();
+        let mut placed = vec![false; w.jobs().len()];
+        let mut chosen: Vec<Vec<JobId>> = vec![Vec::new(); k];
+        for (j, ty) in queue {
+            if left[ty] == 0 || placed[j.index()] {
+                continue;
+            }
+            if w.rates_of(j.index())[ty] <= 0.0 {
+                continue;
+            }
+            if self.fifo && self.priority(w, j, ty) <= 0.0 {
+                continue;
+            }
+            let sf = w.jobs()[j.index()].scale_factor;
+            if sf > left[ty] {
+                continue;
+            }
+            left[ty] -= sf;
+            placed[j.index()] = true;
+            // Gavel quirk kept on purpose: a job that arrived after the last
+            // recompute reserves GPUs here but does not run until it is in the
+            // allocation.
+            if self.in_allocation[j.index()] {
+                chosen[ty].push(j);
+            }
+        }
+        let tasks = assign_gpus(w, &chosen, &mut self.held);
+        Ok(Decision { tasks, solved })
+    }
+}
+
+/// Gives each chosen job concrete GPUs of its type: first the jobs that can
+/// keep last round's GPUs (no restart), then the rest, largest gangs first,
+/// each on the fewest nodes possible.
+fn assign_gpus(w: &Workload, chosen: &[Vec<JobId>], held: &mut [Vec<GpuId>]) -> Vec<Task> {
+    let cluster = w.cluster();
+    let mut free = vec![true; cluster.num_gpus()];
+    let mut tasks = Vec::new();
+    for (ty, jobs) in chosen.iter().enumerate() {
+        let ty = GpuTypeId(ty as u16);
+        let mut rest = Vec::new();
+        for &j in jobs {
+            let prev = &held[j.index()];
+            let keep = prev.len() == w.jobs()[j.index()].scale_factor as usize
+                && prev.iter().all(|&g| free[g.index()] && cluster.gpu(g).gpu_type == ty);
+            if keep {
+                for &g in prev {
+                    free[g.index()] = false;
+                }
+                tasks.push(Task { job: j, copy: 0, gpus: prev.clone() });
+            } else {
+                rest.push(j);
+            }
+        }
+        rest.sort_by_key(|j| std::cmp::Reverse(w.jobs()[j.index()].scale_factor));
+        for j in rest {
+            let sf = w.jobs()[j.index()].scale_factor as usize;
+            let gpus = pick_gpus(w, ty, sf, &free);
+            for &g in &gpus {
+                free[g.index()] = false;
+            }
+            held[j.index()] = gpus.clone();
+            tasks.push(Task { job: j, copy: 0, gpus });
+        }
+    }
+    tasks
+}
+
+/// `n` free GPUs of type `ty`: on one node if some node has room (the
+/// fullest such node, to keep big holes for big gangs), else first free.
+fn pick_gpus(w: &Workload, ty: GpuTypeId, n: usize, free: &[bool]) -> Vec<GpuId> {
+    let cluster = w.cluster();
+    let mut per_node: Vec<Vec<GpuId>> = vec![Vec::new(); cluster.nodes().len()];
+    for (i, g) in cluster.gpus().iter().enumerate() {
+        if free[i] && g.gpu_type == ty {
+            per_node[g.node.index()].push(GpuId(i as u32));
+        }
+    }
+    if let Some(node) = per_node
+        .iter()
+        .filter(|v| v.len() >= n)
+        .min_by_key(|v| v.len())
+    {
+        return node[..n].to_vec();
+    }
+    per_node.into_iter().flatten().take(n).collect()
+}

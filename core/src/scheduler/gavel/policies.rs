@@ -1,0 +1,369 @@
+//! Gavel's allocation policies: each turns the active jobs into a matrix
+//! `X[j][w]`, the fraction of time job `j` should spend on GPU type `w`.
+//!
+//! All LPs share Gavel's base constraints: `X >= 0`, `sum_w X[j][w] <= 1`,
+//! `sum_j sf_j * X[j][w] <= GPUs of type w`. They are solved with `good_lp`
+//! (pure-Rust solvers, see [`crate::lp`]).
+
+use std::collections::HashMap;
+
+use good_lp::Variable;
+use rand::seq::IndexedRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::Result;
+use crate::job::JobId;
+use crate::lp::{Expression, Lp, LpSolver};
+
+/// What a policy sees: the active jobs (ascending ids) and the cluster.
+#[derive(Debug, Clone)]
+pub struct AllocationInput<'a> {
+    /// Active jobs, ascending.
+    pub jobs: &'a [JobId],
+    /// `rates[i * k + w]`: steps/s of job `jobs[i]`'s gang on type `w`, as the
+    /// policy should see them (type-agnostic policies get equalized rates).
+    pub rates: &'a [f64],
+    /// Gang sizes.
+    pub scale_factors: &'a [u32],
+    /// Priority weights.
+    pub weights: &'a [f64],
+    /// Steps left.
+    pub remaining: &'a [f64],
+    /// Seconds since arrival.
+    pub since_arrival: &'a [f64],
+    /// GPUs per type.
+    pub gpus: &'a [u32],
+}
+
+impl AllocationInput<'_> {
+    fn k(&self) -> usize {
+        self.gpus.len()
+    }
+}
+
+/// A policy computing an allocation.
+pub trait AllocationPolicy {
+    /// Computes `X` (row-major, `jobs.len() * k`).
+    fn allocate(&mut self, input: &AllocationInput<'_>) -> Result<Vec<f64>>;
+}
+
+/// The LP variables `X[j][w]` with the base constraints.
+fn base_lp(input: &AllocationInput<'_>) -> (Lp, Vec<Variable>) {
+    let k = input.k();
+    let m = input.jobs.len();
+    let mut lp = Lp::new();
+    let x: Vec<Variable> = (0..m * k).map(|_| lp.var(0.0, 1.0)).collect();
+    for i in 0..m {
+        let mut row = Expression::from(0.0);
+        for w in 0..k {
+            row.add_mul(1.0, x[i * k + w]);
+        }
+        lp.le(row, 1.0);
+    }
+    for w in 0..k {
+        let mut col = Expression::from(0.0);
+        for i in 0..m {
+            col.add_mul(f64::from(input.scale_factors[i]), x[i * k + w]);
+        }
+        lp.le(col, f64::from(input.gpus[w]));
+    }
+    (lp, x)
+}
+
+fn values(solution: &crate::lp::LpSolution, x: &[Variable]) -> Vec<f64> {
+    x.iter()
+        .map(|&v| solution.value(v).clamp(0.0, 1.0))
+        .collect()
+}
+
+/// Max-min fairness: maximize the least normalized throughput.
+///
+/// Each job's throughput is normalized by its rate under a proportional
+/// share of the cluster (`c_w / C` of every type) and by its weight, and
+/// multiplied by its gang size (Gavel's `MaxMinFairnessPolicyWithPerf`).
+#[derive(Debug, Clone)]
+pub struct MaxMinFairness {
+    /// LP solver.
+    pub solver: LpSolver,
+}
+
+impl AllocationPolicy for MaxMinFairness {
+    fn allocate(&mut self, input: &AllocationInput<'_>) -> Result<Vec<f64>> {
+        let k = input.k();
+        let total: f64 = input.gpus.iter().map(|&c| f64::from(c)).sum();
+        let (mut lp, x) = base_lp(input);
+        let z = lp.var(f64::NEG_INFINITY, f64::INFINITY);
+        for i in 0..input.jobs.len() {
+            let rates = &input.rates[i * k..(i + 1) * k];
+            let prop: f64 = rates
+                .iter()
+                .zip(input.gpus)
+                .map(|(r, &c)| r * f64::from(c) / total)
+                .sum();
+            if prop <= 0.0 {
+                continue;
+            }
+            let scale = f64::from(input.scale_factors[i]) / (input.weights[i] * prop);
+            let mut t = Expression::from(0.0);
+            for w in 0..k {
+                t.add_mul(rates[w] * scale, x[i * k + w]);
+            }
+            t.add_mul(-1.0, z);
+            lp.ge(t, 0.0);
+        }
+        let s = lp.solve(z.into(), true, self.solver, "max_min_fairness")?;
+        Ok(values(&s, &x))
+    }
+}
+
+/// Makespan minimization: bisection on the horizon `T` for the smallest `T`
+/// at which every job can finish its remaining steps (Gavel's
+/// `MinTotalDurationPolicyWithPerf`, stopping within 5%).
+#[derive(Debug, Clone)]
+pub struct MinTotalDuration {
+    /// LP solver.
+    pub solver: LpSolver,
+}
+
+impl MinTotalDuration {
+    fn feasible(&self, input: &AllocationInput<'_>, horizon: f64) -> Option<Vec<f64>> {
+        let k = input.k();
+        let (mut lp, x) = base_lp(input);
+        for i in 0..input.jobs.len() {
+            let mut t = Expression::from(0.0);
+            for w in 0..k {
+                t.add_mul(input.rates[i * k + w], x[i * k + w]);
+            }
+            lp.ge(t, input.remaining[i] / horizon);
+        }
+        lp.solve(Expression::from(0.0), true, self.solver, "min_total_duration")
+            .ok()
+            .map(|s| values(&s, &x))
+    }
+}
+
+impl AllocationPolicy for MinTotalDuration {
+    fn allocate(&mut self, input: &AllocationInput<'_>) -> Result<Vec<f64>> {
+        // Gavel's bracket and its widening when nothing in it is feasible.
+        let (mut lo, mut hi, mut last_hi) = (100.0_f64, 1e6_f64, 1e6_f64);
+        let mut best = None;
+        for _ in 0..12 {
+            while 1.05 * lo < hi {
+                let mid = (lo + hi) / 2.0;
+                match self.feasible(input, mid) {
+                    Some(x) => {
+                        best = Some(x);
+                        hi = mid;
+                    }
+                    None => lo = mid,
+                }
+            }
+            if let Some(x) = best.take() {
+                return Ok(x);
+            }
+            lo = last_hi;
+            hi = last_hi * 10.0;
+            last_hi = hi;
+        }
+        Err(crate::error::Error::Solver {
+            what: "min_total_duration".into(),
+            message: "no feasible horizon below 1e18 s (a job with rate 0 everywhere?)".into(),
+        })
+    }
+}
+
+/// Finish-time fairness: minimize the largest `rho_j`, the job's expected
+/// finish time under `X` over its finish time on an equal `1/m` share.
+///
+/// Gavel solves the convex program directly; we bisect on `rho` over LP
+/// feasibility problems, which has the same optimum (to the bisection's
+/// tolerance). The cumulative isolated time persists across solves, as in
+/// Gavel's `FinishTimeFairnessPolicyWithPerf`.
+#[derive(Debug, Clone, Default)]
+pub struct FinishTimeFairness {
+    /// LP solver.
+    pub solver: LpSolver,
+    cumulative: HashMap<JobId, f64>,
+    previous: HashMap<JobId, (f64, f64)>, // (remaining steps, isolated rate) at the last solve
+}
+
+impl FinishTimeFairness {
+    /// A policy with no history.
+    pub fn new(solver: LpSolver) -> Self {
+        Self {
+            solver,
+            ..Self::default()
+        }
+    }
+
+    fn feasible(&self, input: &AllocationInput<'_>, rho: f64, e: &[f64]) -> Option<Vec<f64>> {
+        let k = input.k();
+        let (mut lp, x) = base_lp(input);
+        for i in 0..input.jobs.len() {
+            let slack = rho * e[i] - input.since_arrival[i];
+            if slack <= 0.0 {
+                return None;
+            }
+            let mut t = Expression::from(0.0);
+            for w in 0..k {
+                t.add_mul(input.rates[i * k + w], x[i * k + w]);
+            }
+            lp.ge(t, input.remaining[i] / slack);
+        }
+        lp.solve(Expression::from(0.0), true, self.solver, "finish_time_fairness")
+            .ok()
+            .map(|s| values(&s, &x))
+    }
+}
+
+/// Each job's throughput on an equal `1/m` share of every type.
+fn isolated_rates(input: &AllocationInput<'_>) -> Vec<f64> {
+    let k = input.k();
+    let m = input.jobs.len() as f64;
+    (0..input.jobs.len())
+        .map(|i| {
+            let sf = f64::from(input.scale_factors[i]);
+            let shares: Vec<f64> = input.gpus.iter().map(|&c| f64::from(c) / m / sf).collect();
+            let norm = shares.iter().sum::<f64>().max(1.0);
+            (0..k)
+                .map(|w| input.rates[i * k + w] * shares[w] / norm)
+                .sum()
+        })
+        .collect()
+}
+
+impl AllocationPolicy for FinishTimeFairness {
+    fn allocate(&mut self, input: &AllocationInput<'_>) -> Result<Vec<f64>> {
+        let iso = isolated_rates(input);
+        let m = input.jobs.len();
+        let mut e = Vec::with_capacity(m);
+        for i in 0..m {
+            let id = input.jobs[i];
+            let cum = self.cumulative.entry(id).or_insert(0.0);
+            if let Some(&(prev_remaining, prev_iso)) = self.previous.get(&id) {
+                if prev_iso > 0.0 {
+                    *cum += (prev_remaining - input.remaining[i]) / prev_iso;
+                }
+            }
+            e.push(*cum + input.remaining[i] / iso[i].max(1e-12));
+        }
+        self.previous = (0..m)
+            .map(|i| (input.jobs[i], (input.remaining[i], iso[i])))
+            .collect();
+        // rho must exceed t_j / E_j for every job; find a feasible upper end.
+        let mut lo = (0..m)
+            .map(|i| input.since_arrival[i] / e[i])
+            .fold(0.0_f64, f64::max);
+        let mut hi = (lo * 2.0).max(1.0);
+        let mut best = None;
+        for _ in 0..60 {
+            if let Some(x) = self.feasible(input, hi, &e) {
+                best = Some(x);
+                break;
+            }
+            lo = hi;
+            hi *= 2.0;
+        }
+        let Some(mut best) = best else {
+            // Gavel falls back to the isolated allocation when the solver fails.
+            return Ok(isolated_allocation(input));
+        };
+        while hi - lo > 1e-6 * hi {
+            let mid = (lo + hi) / 2.0;
+            match self.feasible(input, mid, &e) {
+                Some(x) => {
+                    best = x;
+                    hi = mid;
+                }
+                None => lo = mid,
+            }
+        }
+        Ok(best)
+    }
+}
+
+fn isolated_allocation(input: &AllocationInput<'_>) -> Vec<f64> {
+    let k = input.k();
+    let m = input.jobs.len() as f64;
+    let mut x = Vec::with_capacity(input.jobs.len() * k);
+    for i in 0..input.jobs.len() {
+        let sf = f64::from(input.scale_factors[i]);
+        let shares: Vec<f64> = input.gpus.iter().map(|&c| f64::from(c) / m / sf).collect();
+        let norm = shares.iter().sum::<f64>().max(1.0);
+        x.extend(shares.iter().map(|s| s / norm));
+    }
+    x
+}
+
+/// First come, first served.
+///
+/// `perf`: at every recomputation, jobs in arrival order take the fastest
+/// type that still has room for their gang; the first job that fits nowhere
+/// blocks the queue (Gavel's `FIFOPolicyWithPerf`). Otherwise
+/// (type-agnostic): jobs keep their type once placed, and the queue's head
+/// takes a random type with room. (Gavel's own type-agnostic FIFO has a bug
+/// that puts every job on V100s; we implement its intent.)
+#[derive(Debug, Clone)]
+pub struct Fifo {
+    perf: bool,
+    rng: ChaCha8Rng,
+    placed: HashMap<JobId, usize>,
+}
+
+impl Fifo {
+    /// A FIFO policy.
+    pub fn new(perf: bool, seed: u64) -> Self {
+        Self {
+            perf,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            placed: HashMap::new(),
+        }
+    }
+}
+
+impl AllocationPolicy for Fifo {
+    fn allocate(&mut self, input: &AllocationInput<'_>) -> Result<Vec<f64>> {
+        let k = input.k();
+        let mut free: Vec<i64> = input.gpus.iter().map(|&c| i64::from(c)).collect();
+        let mut x = vec![0.0; input.jobs.len() * k];
+        if self.perf {
+            self.placed.clear();
+        } else {
+            // Keep running jobs where they are.
+            self.placed.retain(|id, _| input.jobs.binary_search(id).is_ok());
+            for (i, id) in input.jobs.iter().enumerate() {
+                if let Some(&w) = self.placed.get(id) {
+                    free[w] -= i64::from(input.scale_factors[i]);
+                    x[i * k + w] = 1.0;
+                }
+            }
+        }
+        for (i, id) in input.jobs.iter().enumerate() {
+            if self.placed.contains_key(id) {
+                continue;
+            }
+            let sf = i64::from(input.scale_factors[i]);
+            let fits: Vec<usize> = (0..k)
+                .filter(|&w| free[w] >= sf && input.rates[i * k + w] > 0.0)
+                .collect();
+            if (0..k).all(|w| free[w] < sf) {
+                break; // head-of-line blocking
+            }
+            let choice = if self.perf {
+                fits.iter().copied().fold(None, |best: Option<usize>, w| match best {
+                    Some(b) if input.rates[i * k + b] >= input.rates[i * k + w] => Some(b),
+                    _ => Some(w),
+                })
+            } else {
+                fits.choose(&mut self.rng).copied()
+            };
+            if let Some(w) = choice {
+                free[w] -= sf;
+                x[i * k + w] = 1.0;
+                self.placed.insert(*id, w);
+            }
+        }
+        Ok(x)
+    }
+}

@@ -1,0 +1,185 @@
+//! Schedulers: each round, decide which tasks run where.
+//!
+//! [`gavel`] holds the Gavel-style baselines (an allocation LP plus Gavel's
+//! round-based placement). Every scheduler sees the same [`RoundContext`] and
+//! returns tasks; the round loop hands them to a backend.
+
+pub mod gavel;
+
+use std::fmt;
+
+use crate::backend::RoundReport;
+use crate::error::{Error, Result};
+use crate::job::JobId;
+use crate::plan::Task;
+use crate::state::JobsState;
+use crate::workload::Workload;
+
+/// What a scheduler sees at a round boundary.
+#[derive(Debug, Clone, Copy)]
+pub struct RoundContext<'a> {
+    /// The workload.
+    pub workload: &'a Workload,
+    /// Jobs' progress.
+    pub state: &'a JobsState,
+    /// The round's start (s).
+    pub now_s: f64,
+    /// Round number.
+    pub round: u64,
+    /// Nominal round length (s).
+    pub round_s: f64,
+    /// Jobs that arrived since the previous plan.
+    pub arrived: &'a [JobId],
+    /// Jobs that finished since the previous plan.
+    pub completed: &'a [JobId],
+    /// The previous round's report (`None` before the first round or after an idle gap).
+    pub last_round: Option<&'a RoundReport>,
+}
+
+/// A scheduler's decision for one round.
+#[derive(Debug, Clone, Default)]
+pub struct Decision {
+    /// Tasks to run (no GPU twice).
+    pub tasks: Vec<Task>,
+    /// Whether this round re-solved the scheduler's optimization (an LP
+    /// solve for the Gavel policies); the round loop times those.
+    pub solved: bool,
+}
+
+/// Decides rounds.
+pub trait Scheduler {
+    /// The policy's name, as accepted on the command line.
+    fn name(&self) -> &str;
+    /// Plans one round.
+    fn plan(&mut self, ctx: &RoundContext<'_>) -> Result<Decision>;
+}
+
+/// The policies `hadar` knows, by canonical name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// Gavel's heterogeneity-aware max-min fairness (LAS).
+    MaxMinFairnessPerf,
+    /// Gavel's type-agnostic max-min fairness.
+    MaxMinFairness,
+    /// Gavel's heterogeneity-aware makespan minimization.
+    MinTotalDurationPerf,
+    /// Gavel's type-agnostic makespan minimization.
+    MinTotalDuration,
+    /// Gavel's heterogeneity-aware finish-time fairness (Themis-like).
+    FinishTimeFairnessPerf,
+    /// Gavel's type-agnostic finish-time fairness.
+    FinishTimeFairness,
+    /// First come, first served, fastest free type.
+    FifoPerf,
+    /// First come, first served, random type.
+    Fifo,
+}
+
+impl PolicyKind {
+    /// Every policy, in the order tables list them.
+    pub const ALL: [PolicyKind; 8] = [
+        Self::MaxMinFairnessPerf,
+        Self::MinTotalDurationPerf,
+        Self::FinishTimeFairnessPerf,
+        Self::FifoPerf,
+        Self::MaxMinFairness,
+        Self::MinTotalDuration,
+        Self::FinishTimeFairness,
+        Self::Fifo,
+    ];
+
+    /// Canonical name (Gavel's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::MaxMinFairnessPerf => "max_min_fairness_perf",
+            Self::MaxMinFairness => "max_min_fairness",
+            Self::MinTotalDurationPerf => "min_total_duration_perf",
+            Self::MinTotalDuration => "min_total_duration",
+            Self::FinishTimeFairnessPerf => "finish_time_fairness_perf",
+            Self::FinishTimeFairness => "finish_time_fairness",
+            Self::FifoPerf => "fifo_perf",
+            Self::Fifo => "fifo",
+        }
+    }
+
+    /// One line for `hadar policies`.
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::MaxMinFairnessPerf => {
+                "Gavel's heterogeneity-aware max-min fairness (LAS): maximize the least \
+                 normalized throughput"
+            }
+            Self::MaxMinFairness => "type-agnostic max-min fairness: equal GPU time, types ignored",
+            Self::MinTotalDurationPerf => {
+                "Gavel's makespan policy: the smallest horizon every job can finish in"
+            }
+            Self::MinTotalDuration => "type-agnostic makespan policy (every type as fast as the first)",
+            Self::FinishTimeFairnessPerf => {
+                "Gavel's finish-time fairness: minimize the largest slowdown over an equal share"
+            }
+            Self::FinishTimeFairness => "type-agnostic finish-time fairness",
+            Self::FifoPerf => "first come, first served on the fastest free GPU type, no preemption",
+            Self::Fifo => "first come, first served on a random GPU type, no preemption",
+        }
+    }
+
+    /// Parses a name; Gavel's names and a few aliases are accepted.
+    pub fn parse(name: &str) -> Result<Self> {
+        let n = name.trim().to_ascii_lowercase().replace('-', "_");
+        let kind = match n.as_str() {
+            "max_min_fairness_perf" | "las_perf" | "gavel" => Self::MaxMinFairnessPerf,
+            "max_min_fairness" | "las" => Self::MaxMinFairness,
+            "min_total_duration_perf" | "makespan_perf" => Self::MinTotalDurationPerf,
+            "min_total_duration" | "makespan" => Self::MinTotalDuration,
+            "finish_time_fairness_perf" | "themis_perf" => Self::FinishTimeFairnessPerf,
+            "finish_time_fairness" | "themis" => Self::FinishTimeFairness,
+            "fifo_perf" => Self::FifoPerf,
+            "fifo" => Self::Fifo,
+            _ => {
+                let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
+                return Err(Error::setting(
+                    "policy",
+                    format!("unknown policy `{name}`; known: {}", names.join(", ")),
+                ));
+            }
+        };
+        Ok(kind)
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Settings shared by the schedulers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerSettings {
+    /// Minimum simulated seconds between two allocation recomputations (Gavel: 1920).
+    pub realloc_interval_s: f64,
+    /// Seed for the policies that draw at random (type order of the
+    /// type-agnostic policies, `fifo`'s type choice).
+    pub seed: u64,
+    /// Which LP solver the allocation policies use.
+    pub solver: crate::lp::LpSolver,
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            realloc_interval_s: 1920.0,
+            seed: 0,
+            solver: crate::lp::LpSolver::InteriorPoint,
+        }
+    }
+}
+
+/// Builds the scheduler for `kind`.
+pub fn build(
+    kind: PolicyKind,
+    workload: &Workload,
+    settings: &SchedulerSettings,
+) -> Result<Box<dyn Scheduler>> {
+    Ok(Box::new(gavel::GavelScheduler::new(kind, workload, settings)?))
+}

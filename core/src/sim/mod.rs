@@ -1,0 +1,275 @@
+//! The trace-driven simulator: the round loop with [`SimBackend`], plus the
+//! metrics and lower bounds of a run.
+
+mod backend;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use backend::SimBackend;
+
+use crate::bounds::{jct_lower_bound, makespan_lower_bound};
+use crate::engine::{run_rounds, LoopOutcome, LoopSettings, Progress};
+use crate::error::{Error, Result};
+use crate::metrics::{mean, quantile, JobRecord, RunResult, Summary};
+use crate::plan::MixedRate;
+use crate::scheduler::{build, PolicyKind, SchedulerSettings};
+use crate::workload::Workload;
+
+/// Settings of a simulation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimSettings {
+    /// Nominal round length (s); Gavel: 360.
+    pub round_s: f64,
+    /// Measure JCT over job ids in `[a, b)` and stop when they have finished.
+    pub window: Option<(u32, u32)>,
+    /// Scheduler settings.
+    pub scheduler: SchedulerSettings,
+    /// How gangs spread over types progress.
+    pub mixed_rate: MixedRate,
+    /// Whether to compute the LP makespan bound (an LP over the measured jobs).
+    pub makespan_bound: bool,
+}
+
+impl Default for SimSettings {
+    fn default() -> Self {
+        Self {
+            round_s: 360.0,
+            window: None,
+            scheduler: SchedulerSettings::default(),
+            mixed_rate: MixedRate::Min,
+            makespan_bound: true,
+        }
+    }
+}
+
+/// Lower bounds of a workload, computed once and shared by every policy's run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// LP lower bound on the makespan of the measured jobs (s).
+    pub makespan_s: Option<f64>,
+    /// No-queueing bound on their mean JCT (s).
+    pub mean_jct_s: f64,
+}
+
+/// A workload with its settings, ready to simulate under several policies.
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    workload: Arc<Workload>,
+    settings: SimSettings,
+    bounds: Bounds,
+}
+
+impl Experiment {
+    /// Checks the settings and computes the bounds.
+    pub fn new(workload: Arc<Workload>, settings: SimSettings) -> Result<Self> {
+        let n = workload.jobs().len() as u32;
+        if let Some((a, b)) = settings.window {
+            if a >= b || b > n {
+                return Err(Error::setting(
+                    "window",
+                    format!("{a}..{b} is not a non-empty range of job ids within 0..{n}"),
+                ));
+            }
+        }
+        let measured: Vec<usize> = measured_ids(&settings, n as usize).collect();
+        let makespan_s = if settings.makespan_bound {
+            let sub = if measured.len() == workload.jobs().len() {
+                workload.clone()
+            } else {
+                Arc::new(workload.subset(&measured)?)
+            };
+            Some(makespan_lower_bound(&sub)?)
+        } else {
+            None
+        };
+        let bounds = Bounds {
+            makespan_s,
+            mean_jct_s: jct_lower_bound(&workload, measured.iter().copied()),
+        };
+        Ok(Self {
+            workload,
+            settings,
+            bounds,
+        })
+    }
+
+    /// The workload.
+    pub fn workload(&self) -> &Arc<Workload> {
+        &self.workload
+    }
+
+    /// The bounds.
+    pub fn bounds(&self) -> Bounds {
+        self.bounds
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &SimSettings {
+        &self.settings
+    }
+
+    /// Simulates `policy`, reporting progress after each round.
+    pub fn run(&self, policy: PolicyKind, progress: &mut dyn FnMut(Progress)) -> Result<RunResult> {
+        let started = Instant::now();
+        let w = &*self.workload;
+        let mut scheduler = build(policy, w, &self.settings.scheduler)?;
+        let mut backend = SimBackend::new(self.workload.clone(), self.settings.mixed_rate);
+        let loop_settings = LoopSettings {
+            round_s: self.settings.round_s,
+            window: self.settings.window,
+        };
+        let outcome = run_rounds(w, scheduler.as_mut(), &mut backend, &loop_settings, progress)?;
+        Ok(self.result(policy.name(), outcome, started.elapsed().as_secs_f64()))
+    }
+
+    fn result(&self, policy: &str, out: LoopOutcome, wall_s: f64) -> RunResult {
+        let w = &*self.workload;
+        let cluster = w.cluster();
+        let ftf = FtfModel::new(&out, w);
+        let jobs: Vec<JobRecord> = w
+            .jobs()
+            .iter()
+            .zip(&out.state.jobs)
+            .map(|(job, s)| {
+                let jct = s.finish_s.map(|f| f - job.arrival_s);
+                JobRecord {
+                    id: job.id.0,
+                    job_type: job.job_type.clone(),
+                    scale_factor: job.scale_factor,
+                    arrival_s: job.arrival_s,
+                    start_s: s.first_start_s,
+                    finish_s: s.finish_s,
+                    jct_s: jct,
+                    queueing_s: s.first_start_s.map(|t| t - job.arrival_s),
+                    gpu_seconds: s.gpu_seconds,
+                    task_rounds: s.task_rounds,
+                    ftf: jct.map(|jct| jct / ftf.isolated_time(job.id.index(), job.arrival_s, jct)),
+                    measured: self.is_measured(job.id.index()),
+                }
+            })
+            .collect();
+        let measured: Vec<&JobRecord> = jobs.iter().filter(|j| j.measured).collect();
+        let mut jcts: Vec<f64> = measured.iter().filter_map(|j| j.jct_s).collect();
+        jcts.sort_by(f64::total_cmp);
+        let makespan_s = measured
+            .iter()
+            .filter_map(|j| j.finish_s)
+            .fold(0.0, f64::max);
+        let end = out.end_s.max(f64::MIN_POSITIVE);
+        let utilization = mean(out.gpu_busy_s.iter().map(|b| b / end));
+        let ftfs: Vec<f64> = measured.iter().filter_map(|j| j.ftf).collect();
+        let avg_jct_s = mean(jcts.iter().copied());
+        let summary = Summary {
+            policy: policy.to_string(),
+            makespan_s,
+            avg_jct_s,
+            median_jct_s: quantile(&jcts, 0.5),
+            p95_jct_s: quantile(&jcts, 0.95),
+            p99_jct_s: quantile(&jcts, 0.99),
+            avg_queueing_s: mean(measured.iter().filter_map(|j| j.queueing_s)),
+            utilization,
+            ftf_max: ftfs.iter().copied().fold(0.0, f64::max),
+            ftf_mean: mean(ftfs.iter().copied()),
+            jobs_completed: jcts.len(),
+            jobs_measured: measured.len(),
+            lower_bound_s: self.bounds.makespan_s,
+            makespan_over_bound: self.bounds.makespan_s.map(|b| makespan_s / b),
+            jct_lower_bound_s: self.bounds.mean_jct_s,
+            jct_over_bound: if self.bounds.mean_jct_s > 0.0 {
+                avg_jct_s / self.bounds.mean_jct_s
+            } else {
+                0.0
+            },
+            rounds: out.rounds.len(),
+            decisions: out.decisions.len(),
+            decision_mean_s: mean(out.decisions.iter().map(|d| d.seconds)),
+            decision_max_s: out.decisions.iter().map(|d| d.seconds).fold(0.0, f64::max),
+            wall_s,
+        };
+        RunResult {
+            summary,
+            gpu_types: cluster.gpu_types().to_vec(),
+            gpus_per_type: cluster.gpus_per_type(),
+            gpu_type_of: cluster.gpus().iter().map(|g| g.gpu_type.0).collect(),
+            jobs,
+            rounds: out.rounds,
+            spans: out.spans,
+            decisions: out.decisions,
+        }
+    }
+
+    fn is_measured(&self, j: usize) -> bool {
+        match self.settings.window {
+            Some((a, b)) => (a as usize..b as usize).contains(&j),
+            None => true,
+        }
+    }
+}
+
+fn measured_ids(settings: &SimSettings, n: usize) -> impl Iterator<Item = usize> {
+    let (a, b) = settings.window.map_or((0, n), |(a, b)| (a as usize, b as usize));
+    a..b
+}
+
+/// Finish-time fairness: a job's JCT over its JCT on an equal `1/n` share of
+/// the cluster, where `n` is the time-averaged number of active jobs over the
+/// job's life (Gavel's isolated share: `c_w / n / sf` of each type, scaled
+/// down to at most the whole job).
+struct FtfModel<'a> {
+    workload: &'a Workload,
+    /// Round start times and the prefix sums of active-jobs x seconds.
+    starts: Vec<f64>,
+    prefix: Vec<f64>,
+    active: Vec<f64>,
+}
+
+impl<'a> FtfModel<'a> {
+    fn new(out: &LoopOutcome, workload: &'a Workload) -> Self {
+        let mut prefix = vec![0.0];
+        let mut starts = Vec::with_capacity(out.rounds.len());
+        let mut active = Vec::with_capacity(out.rounds.len());
+        for r in &out.rounds {
+            starts.push(r.start_s);
+            active.push(f64::from(r.active_jobs));
+            let last = prefix.last().copied().unwrap_or(0.0);
+            prefix.push(last + f64::from(r.active_jobs) * (r.end_s - r.start_s));
+        }
+        Self {
+            workload,
+            starts,
+            prefix,
+            active,
+        }
+    }
+
+    /// Active-job-seconds from the first round up to time `t`.
+    fn integral(&self, t: f64) -> f64 {
+        let i = self.starts.partition_point(|&s| s <= t);
+        if i == 0 {
+            return 0.0;
+        }
+        self.prefix[i - 1] + self.active[i - 1] * (t - self.starts[i - 1]).max(0.0)
+    }
+
+    fn isolated_time(&self, j: usize, arrival: f64, jct: f64) -> f64 {
+        let w = self.workload;
+        let avg = if jct > 0.0 {
+            ((self.integral(arrival + jct) - self.integral(arrival)) / jct).max(1.0)
+        } else {
+            1.0
+        };
+        let job = &w.jobs()[j];
+        let sf = f64::from(job.scale_factor);
+        let counts = w.cluster().gpus_per_type();
+        let shares: Vec<f64> = counts.iter().map(|&c| f64::from(c) / avg / sf).collect();
+        let norm = shares.iter().sum::<f64>().max(1.0);
+        let rate: f64 = w
+            .rates_of(j)
+            .iter()
+            .zip(&shares)
+            .map(|(r, s)| r * s / norm)
+            .sum();
+        job.total_steps as f64 / rate.max(1e-12)
+    }
+}

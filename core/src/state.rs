@@ -1,0 +1,72 @@
+//! The engine's model of the jobs: progress, fed by backends' reports.
+
+use crate::job::JobId;
+use crate::workload::Workload;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Not arrived yet.
+    Future,
+    /// Arrived, not finished.
+    Active,
+    /// Done.
+    Finished,
+}
+
+/// One job's progress.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobState {
+    /// Where it is.
+    pub phase: Phase,
+    /// Steps done so far.
+    pub done_steps: u64,
+    /// First time it ran.
+    pub first_start_s: Option<f64>,
+    /// When it finished.
+    pub finish_s: Option<f64>,
+    /// GPU-seconds used.
+    pub gpu_seconds: f64,
+    /// Seconds run, per GPU type (time of the whole task, not per GPU).
+    pub seconds_on_type: Vec<f64>,
+    /// Task-rounds run.
+    pub task_rounds: u64,
+}
+
+/// All jobs' progress.
+#[derive(Debug, Clone)]
+pub struct JobsState {
+    /// By job id.
+    pub jobs: Vec<JobState>,
+    /// Active job ids, ascending.
+    pub active: Vec<JobId>,
+}
+
+impl JobsState {
+    /// Every job in the future.
+    pub fn new(workload: &Workload) -> Self {
+        let types = workload.cluster().gpu_types().len();
+        Self {
+            jobs: vec![
+                JobState {
+                    phase: Phase::Future,
+                    done_steps: 0,
+                    first_start_s: None,
+                    finish_s: None,
+                    gpu_seconds: 0.0,
+                    seconds_on_type: vec![0.0; types],
+                    task_rounds: 0,
+                };
+                workload.jobs().len()
+            ],
+            active: Vec::new(),
+        }
+    }
+
+    /// Steps job `j` still needs.
+    pub fn remaining(&self, workload: &Workload, j: JobId) -> u64 {
+        workload.jobs()[j.index()]
+            .total_steps
+            .saturating_sub(self.jobs[j.index()].done_steps)
+    }
+}
