@@ -90,6 +90,14 @@ impl Lp {
             }
             LpSolver::InteriorPoint => {
                 let mut model = problem.using(good_lp::solvers::clarabel::clarabel);
+                // ECOS-like accuracy (Gavel's solver uses 1e-8); the
+                // defaults' extra digits cost iterations and change nothing here.
+                model
+                    .settings()
+                    .tol_feas(1e-8)
+                    .tol_gap_abs(1e-8)
+                    .tol_gap_rel(1e-8)
+                    .iterative_refinement_enable(false);
                 for c in self.constraints {
                     model.add_constraint(c);
                 }

@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::cluster::{GpuId, GpuTypeId};
+use crate::cluster::GpuId;
 use crate::error::Result;
 use crate::job::JobId;
 use crate::plan::Task;
@@ -55,6 +55,7 @@ pub struct GavelScheduler {
     need_update: bool,
     /// The GPUs each job held last round (to keep them: a lease extension).
     held: Vec<Vec<GpuId>>,
+    picker: GpuPicker,
 }
 
 impl std::fmt::Debug for GavelScheduler {
@@ -118,6 +119,7 @@ impl GavelScheduler {
             last_reset_s: 0.0,
             need_update: true,
             held: vec![Vec::new(); n],
+            picker: GpuPicker::new(workload.cluster()),
         })
     }
 
@@ -298,7 +300,7 @@ impl Scheduler for GavelScheduler {
                 chosen[ty].push(j);
             }
         }
-        let tasks = assign_gpus(w, &chosen, &mut self.held);
+        let tasks = assign_gpus(w, &mut self.picker, &chosen, &mut self.held);
         Ok(Decision { tasks, solved })
     }
 }
@@ -306,56 +308,132 @@ impl Scheduler for GavelScheduler {
 /// Gives each chosen job concrete GPUs of its type: first the jobs that can
 /// keep last round's GPUs (no restart), then the rest, largest gangs first,
 /// each on the fewest nodes possible.
-fn assign_gpus(w: &Workload, chosen: &[Vec<JobId>], held: &mut [Vec<GpuId>]) -> Vec<Task> {
+fn assign_gpus(
+    w: &Workload,
+    picker: &mut GpuPicker,
+    chosen: &[Vec<JobId>],
+    held: &mut [Vec<GpuId>],
+) -> Vec<Task> {
     let cluster = w.cluster();
-    let mut free = vec![true; cluster.num_gpus()];
+    picker.reset();
     let mut tasks = Vec::new();
+    let mut rest = Vec::new();
     for (ty, jobs) in chosen.iter().enumerate() {
-        let ty = GpuTypeId(ty as u16);
-        let mut rest = Vec::new();
+        rest.clear();
         for &j in jobs {
             let prev = &held[j.index()];
             let keep = prev.len() == w.jobs()[j.index()].scale_factor as usize
-                && prev.iter().all(|&g| free[g.index()] && cluster.gpu(g).gpu_type == ty);
+                && prev
+                    .iter()
+                    .all(|&g| picker.is_free(g) && cluster.gpu(g).gpu_type.index() == ty);
             if keep {
-                for &g in prev {
-                    free[g.index()] = false;
-                }
-                tasks.push(Task { job: j, copy: 0, gpus: prev.clone() });
+                picker.take(cluster, prev);
+                tasks.push(Task {
+                    job: j,
+                    copy: 0,
+                    gpus: prev.clone(),
+                });
             } else {
                 rest.push(j);
             }
         }
         rest.sort_by_key(|j| std::cmp::Reverse(w.jobs()[j.index()].scale_factor));
-        for j in rest {
+        for &j in &rest {
             let sf = w.jobs()[j.index()].scale_factor as usize;
-            let gpus = pick_gpus(w, ty, sf, &free);
-            for &g in &gpus {
-                free[g.index()] = false;
-            }
-            held[j.index()] = gpus.clone();
+            let gpus = picker.pick(cluster, ty, sf);
+            held[j.index()].clone_from(&gpus);
             tasks.push(Task { job: j, copy: 0, gpus });
         }
     }
     tasks
 }
 
-/// `n` free GPUs of type `ty`: on one node if some node has room (the
-/// fullest such node, to keep big holes for big gangs), else first free.
-fn pick_gpus(w: &Workload, ty: GpuTypeId, n: usize, free: &[bool]) -> Vec<GpuId> {
-    let cluster = w.cluster();
-    let mut per_node: Vec<Vec<GpuId>> = vec![Vec::new(); cluster.nodes().len()];
-    for (i, g) in cluster.gpus().iter().enumerate() {
-        if free[i] && g.gpu_type == ty {
-            per_node[g.node.index()].push(GpuId(i as u32));
+/// Finds free GPUs of a type without allocating per call: GPUs are
+/// node-contiguous in the cluster, and free counts are kept per node.
+#[derive(Debug, Clone)]
+pub(crate) struct GpuPicker {
+    /// Nodes holding each type.
+    nodes_of_type: Vec<Vec<u32>>,
+    /// GPU id range of each node.
+    node_range: Vec<(u32, u32)>,
+    free: Vec<bool>,
+    /// Free GPUs of each type on each node: `node_free[node * k + type]`.
+    node_free: Vec<u32>,
+    initial_node_free: Vec<u32>,
+    k: usize,
+}
+
+impl GpuPicker {
+    pub(crate) fn new(cluster: &crate::cluster::Cluster) -> Self {
+        let k = cluster.gpu_types().len();
+        let nodes = cluster.nodes().len();
+        let mut nodes_of_type = vec![Vec::new(); k];
+        let mut node_range = vec![(u32::MAX, 0); nodes];
+        let mut node_free = vec![0; nodes * k];
+        for (i, g) in cluster.gpus().iter().enumerate() {
+            let n = g.node.index();
+            let t = g.gpu_type.index();
+            if node_free[n * k + t] == 0 {
+                nodes_of_type[t].push(n as u32);
+            }
+            node_free[n * k + t] += 1;
+            node_range[n].0 = node_range[n].0.min(i as u32);
+            node_range[n].1 = node_range[n].1.max(i as u32 + 1);
+        }
+        Self {
+            nodes_of_type,
+            node_range,
+            free: vec![true; cluster.num_gpus()],
+            initial_node_free: node_free.clone(),
+            node_free,
+            k,
         }
     }
-    if let Some(node) = per_node
-        .iter()
-        .filter(|v| v.len() >= n)
-        .min_by_key(|v| v.len())
-    {
-        return node[..n].to_vec();
+
+    fn reset(&mut self) {
+        self.free.iter_mut().for_each(|f| *f = true);
+        self.node_free.copy_from_slice(&self.initial_node_free);
     }
-    per_node.into_iter().flatten().take(n).collect()
+
+    fn is_free(&self, g: GpuId) -> bool {
+        self.free[g.index()]
+    }
+
+    fn take(&mut self, cluster: &crate::cluster::Cluster, gpus: &[GpuId]) {
+        for &g in gpus {
+            self.free[g.index()] = false;
+            let gpu = cluster.gpu(g);
+            self.node_free[gpu.node.index() * self.k + gpu.gpu_type.index()] -= 1;
+        }
+    }
+
+    /// `n` free GPUs of type `ty`: on one node if some node has room (the
+    /// fullest such node, to keep big holes for big gangs), else spread.
+    fn pick(&mut self, cluster: &crate::cluster::Cluster, ty: usize, n: usize) -> Vec<GpuId> {
+        let k = self.k;
+        let best = self.nodes_of_type[ty]
+            .iter()
+            .copied()
+            .filter(|&node| self.node_free[node as usize * k + ty] as usize >= n)
+            .min_by_key(|&node| self.node_free[node as usize * k + ty]);
+        let candidates: Box<dyn Iterator<Item = u32>> = match best {
+            Some(node) => Box::new(std::iter::once(node)),
+            None => Box::new(self.nodes_of_type[ty].clone().into_iter()),
+        };
+        let mut out = Vec::with_capacity(n);
+        'nodes: for node in candidates {
+            let (a, b) = self.node_range[node as usize];
+            for i in a..b {
+                let g = GpuId(i);
+                if self.free[i as usize] && cluster.gpu(g).gpu_type.index() == ty {
+                    out.push(g);
+                    if out.len() == n {
+                        break 'nodes;
+                    }
+                }
+            }
+        }
+        self.take(cluster, &out);
+        out
+    }
 }

@@ -53,7 +53,8 @@ fn base_lp(input: &AllocationInput<'_>) -> (Lp, Vec<Variable>) {
     let k = input.k();
     let m = input.jobs.len();
     let mut lp = Lp::new();
-    let x: Vec<Variable> = (0..m * k).map(|_| lp.var(0.0, 1.0)).collect();
+    // `X <= 1` follows from the row constraint.
+    let x: Vec<Variable> = (0..m * k).map(|_| lp.nonneg()).collect();
     for i in 0..m {
         let mut row = Expression::from(0.0);
         for w in 0..k {
@@ -90,11 +91,37 @@ pub struct MaxMinFairness {
 
 impl AllocationPolicy for MaxMinFairness {
     fn allocate(&mut self, input: &AllocationInput<'_>) -> Result<Vec<f64>> {
+        // Jobs with the same rates, gang size and weight are interchangeable:
+        // the LP is symmetric in them, and an interior-point solver (like
+        // Gavel's ECOS) returns the symmetric point of its optimal face. So we
+        // solve one row per class of identical jobs, which keeps the LP small
+        // (a few dozen job types, not thousands of jobs) without changing
+        // the answer.
         let k = input.k();
+        let classes = JobClasses::new(input);
         let total: f64 = input.gpus.iter().map(|&c| f64::from(c)).sum();
-        let (mut lp, x) = base_lp(input);
+        let mut lp = Lp::new();
+        let c = classes.reps.len();
+        // `X <= 1` follows from the row constraint; leaving the bound out keeps
+        // the LP smaller.
+        let x: Vec<Variable> = (0..c * k).map(|_| lp.nonneg()).collect();
+        for ci in 0..c {
+            let mut row = Expression::from(0.0);
+            for w in 0..k {
+                row.add_mul(1.0, x[ci * k + w]);
+            }
+            lp.le(row, 1.0);
+        }
+        for w in 0..k {
+            let mut col = Expression::from(0.0);
+            for (ci, &i) in classes.reps.iter().enumerate() {
+                let jobs_in_class = classes.sizes[ci] as f64;
+                col.add_mul(jobs_in_class * f64::from(input.scale_factors[i]), x[ci * k + w]);
+            }
+            lp.le(col, f64::from(input.gpus[w]));
+        }
         let z = lp.var(f64::NEG_INFINITY, f64::INFINITY);
-        for i in 0..input.jobs.len() {
+        for (ci, &i) in classes.reps.iter().enumerate() {
             let rates = &input.rates[i * k..(i + 1) * k];
             let prop: f64 = rates
                 .iter()
@@ -106,14 +133,52 @@ impl AllocationPolicy for MaxMinFairness {
             }
             let scale = f64::from(input.scale_factors[i]) / (input.weights[i] * prop);
             let mut t = Expression::from(0.0);
-            for w in 0..k {
-                t.add_mul(rates[w] * scale, x[i * k + w]);
+            for (w, rate) in rates.iter().enumerate() {
+                t.add_mul(rate * scale, x[ci * k + w]);
             }
             t.add_mul(-1.0, z);
             lp.ge(t, 0.0);
         }
         let s = lp.solve(z.into(), true, self.solver, "max_min_fairness")?;
-        Ok(values(&s, &x))
+        let per_class = values(&s, &x);
+        let mut out = Vec::with_capacity(input.jobs.len() * k);
+        for i in 0..input.jobs.len() {
+            let ci = classes.of[i];
+            out.extend_from_slice(&per_class[ci * k..(ci + 1) * k]);
+        }
+        Ok(out)
+    }
+}
+
+/// Groups jobs that look the same to max-min fairness: equal rates on every
+/// type, gang size and priority weight (compared bit for bit).
+struct JobClasses {
+    /// A representative row per class.
+    reps: Vec<usize>,
+    /// Jobs per class.
+    sizes: Vec<usize>,
+    /// Class of each row.
+    of: Vec<usize>,
+}
+
+impl JobClasses {
+    fn new(input: &AllocationInput<'_>) -> Self {
+        let k = input.k();
+        let mut index: HashMap<Vec<u64>, usize> = HashMap::new();
+        let (mut reps, mut sizes, mut of) = (Vec::new(), Vec::new(), Vec::with_capacity(input.jobs.len()));
+        for i in 0..input.jobs.len() {
+            let mut key: Vec<u64> = input.rates[i * k..(i + 1) * k].iter().map(|r| r.to_bits()).collect();
+            key.push(u64::from(input.scale_factors[i]));
+            key.push(input.weights[i].to_bits());
+            let ci = *index.entry(key).or_insert_with(|| {
+                reps.push(i);
+                sizes.push(0);
+                reps.len() - 1
+            });
+            sizes[ci] += 1;
+            of.push(ci);
+        }
+        Self { reps, sizes, of }
     }
 }
 
