@@ -1,1 +1,75 @@
-fn main() {}
+//! `hadar`: schedule deep-learning training jobs on heterogeneous GPU clusters.
+//!
+//! A thin command-line layer over `hadar-core`: it parses arguments, calls the
+//! engine, and renders what comes back for humans (tables, plots) or machines
+//! (JSON, CSV). Errors map to the exit codes documented in `docs/cli.md`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod exit;
+mod progress;
+mod report;
+
+use exit::CliError;
+
+/// Hadar: a heterogeneity-aware scheduler for deep-learning training jobs.
+///
+/// Start with `hadar simulate`: it runs an embedded scenario (Gavel's
+/// 100-job trace on 4 V100 + 4 P100 + 4 K80) under every policy and prints
+/// a comparison table. See `hadar help simulate` for your own inputs.
+#[derive(Debug, Parser)]
+#[command(name = "hadar", version, about, long_about, propagate_version = true)]
+struct Cli {
+    /// Log more (-v: info, -vv: debug); logs go to stderr.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Simulate(cmd::simulate::SimulateArgs),
+    #[command(subcommand)]
+    Trace(cmd::trace::TraceCommand),
+    Reproduce(cmd::reproduce::ReproduceArgs),
+    Policies(cmd::policies::PoliciesArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result: Result<(), CliError> = match cli.command {
+        Command::Simulate(args) => cmd::simulate::run(args),
+        Command::Trace(c) => cmd::trace::run(c),
+        Command::Reproduce(args) => cmd::reproduce::run(args),
+        Command::Policies(args) => cmd::policies::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            if let Some(hint) = e.hint() {
+                eprintln!("hint: {hint}");
+            }
+            ExitCode::from(e.code())
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HADAR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -190,7 +190,7 @@ impl Cluster {
                 ));
             }
             seen.push(ty);
-            if count % gpus_per_node != 0 {
+            if !count.is_multiple_of(gpus_per_node) {
                 return Err(Error::parse(
                     location.clone(),
                     format!(

@@ -65,7 +65,10 @@ pub fn run_rounds(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<LoopOutcome> {
     if !(settings.round_s > 0.0 && settings.round_s.is_finite()) {
-        return Err(Error::setting("round_seconds", "must be a number of seconds > 0"));
+        return Err(Error::setting(
+            "round_seconds",
+            "must be a number of seconds > 0",
+        ));
     }
     let jobs = workload.jobs();
     let n = jobs.len();
@@ -155,7 +158,14 @@ pub fn run_rounds(
             for &g in &task.gpus {
                 busy[cluster.gpu(g).gpu_type.index()] += 1;
                 gpu_busy_s[g.index()] += r.busy_s;
-                extend_span(&mut open_spans[g.index()], &mut spans, g.0, task.job.0, now, now + r.busy_s);
+                extend_span(
+                    &mut open_spans[g.index()],
+                    &mut spans,
+                    g.0,
+                    task.job.0,
+                    now,
+                    now + r.busy_s,
+                );
             }
             if js.phase == Phase::Active && js.done_steps >= jobs[j].total_steps {
                 let finish = now + r.busy_s;
@@ -174,7 +184,9 @@ pub fn run_rounds(
                 done += 1;
             }
         }
-        state.active.retain(|j| state.jobs[j.index()].phase == Phase::Active);
+        state
+            .active
+            .retain(|j| state.jobs[j.index()].phase == Phase::Active);
         completed.extend(newly);
         rounds.push(RoundRecord {
             start_s: now,
@@ -199,7 +211,11 @@ pub fn run_rounds(
             now = report.end_s;
             last = Some(report);
         }
-        progress(Progress { now_s: now, done, total });
+        progress(Progress {
+            now_s: now,
+            done,
+            total,
+        });
     }
     spans.extend(open_spans.into_iter().flatten());
     spans.sort_by(|a, b| a.gpu.cmp(&b.gpu).then(a.start_s.total_cmp(&b.start_s)));
@@ -242,11 +258,17 @@ fn check_plan(workload: &Workload, plan: &RoundPlan, policy: &str) -> Result<()>
     let mut used = vec![false; workload.cluster().num_gpus()];
     for t in &plan.tasks {
         if t.gpus.is_empty() {
-            return Err(internal(policy, format!("job {} got a task with no GPU", t.job)));
+            return Err(internal(
+                policy,
+                format!("job {} got a task with no GPU", t.job),
+            ));
         }
         for &g in &t.gpus {
             if std::mem::replace(&mut used[g.index()], true) {
-                return Err(internal(policy, format!("GPU {} given twice in round {}", g.0, plan.index)));
+                return Err(internal(
+                    policy,
+                    format!("GPU {} given twice in round {}", g.0, plan.index),
+                ));
             }
         }
     }

@@ -14,13 +14,13 @@ pub mod trace;
 pub mod workload;
 
 pub use error::{Error, Result};
+pub mod backend;
 pub mod bounds;
+pub mod engine;
 pub mod lp;
 pub mod metrics;
-pub mod backend;
-pub mod engine;
 pub mod plan;
+pub mod reproduce;
 pub mod scheduler;
 pub mod sim;
 pub mod state;
-pub mod reproduce;

@@ -63,9 +63,9 @@ pub fn gavel_runs() -> Result<Vec<GavelRun>> {
     for (i, rec) in reader.records().enumerate() {
         let rec = rec.map_err(|e| Error::parse(location.line(i + 2), e.to_string()))?;
         let num = |k: usize| -> Result<f64> {
-            rec[k]
-                .parse()
-                .map_err(|_| Error::parse(location.line(i + 2), format!("column {k} is not a number")))
+            rec[k].parse().map_err(|_| {
+                Error::parse(location.line(i + 2), format!("column {k} is not a number"))
+            })
         };
         out.push(GavelRun {
             run: rec[0].to_string(),
@@ -106,7 +106,10 @@ pub struct Comparison {
 /// Builds the workload of one of Gavel's runs from the embedded data.
 pub fn workload_of(run: &GavelRun) -> Result<Arc<Workload>> {
     let text = embedded_trace(&run.trace).ok_or_else(|| {
-        Error::parse(Location::new("<embedded gavel results>"), format!("unknown trace {}", run.trace))
+        Error::parse(
+            Location::new("<embedded gavel results>"),
+            format!("unknown trace {}", run.trace),
+        )
     })?;
     let (jobs, _) = parse_trace(text, &run.trace)?;
     let cluster = Arc::new(Cluster::from_short_form(&run.cluster, 1)?);
@@ -135,7 +138,8 @@ pub fn check(tolerance: f64, on_row: &mut dyn FnMut(&Comparison)) -> Result<Vec<
         let makespan_ratio = r.summary.makespan_s / run.makespan_s;
         let jct_ratio = r.summary.avg_jct_s / run.avg_jct_s;
         let checked = kind != PolicyKind::Fifo;
-        let within = (makespan_ratio - 1.0).abs() <= tolerance && (jct_ratio - 1.0).abs() <= tolerance;
+        let within =
+            (makespan_ratio - 1.0).abs() <= tolerance && (jct_ratio - 1.0).abs() <= tolerance;
         let row = Comparison {
             gavel: run,
             makespan_s: r.summary.makespan_s,

@@ -113,12 +113,16 @@ impl PolicyKind {
             Self::MinTotalDurationPerf => {
                 "Gavel's makespan policy: the smallest horizon every job can finish in"
             }
-            Self::MinTotalDuration => "type-agnostic makespan policy (every type as fast as the first)",
+            Self::MinTotalDuration => {
+                "type-agnostic makespan policy (every type as fast as the first)"
+            }
             Self::FinishTimeFairnessPerf => {
                 "Gavel's finish-time fairness: minimize the largest slowdown over an equal share"
             }
             Self::FinishTimeFairness => "type-agnostic finish-time fairness",
-            Self::FifoPerf => "first come, first served on the fastest free GPU type, no preemption",
+            Self::FifoPerf => {
+                "first come, first served on the fastest free GPU type, no preemption"
+            }
             Self::Fifo => "first come, first served on a random GPU type, no preemption",
         }
     }
@@ -181,5 +185,7 @@ pub fn build(
     workload: &Workload,
     settings: &SchedulerSettings,
 ) -> Result<Box<dyn Scheduler>> {
-    Ok(Box::new(gavel::GavelScheduler::new(kind, workload, settings)?))
+    Ok(Box::new(gavel::GavelScheduler::new(
+        kind, workload, settings,
+    )?))
 }

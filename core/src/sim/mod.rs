@@ -119,7 +119,13 @@ impl Experiment {
             round_s: self.settings.round_s,
             window: self.settings.window,
         };
-        let outcome = run_rounds(w, scheduler.as_mut(), &mut backend, &loop_settings, progress)?;
+        let outcome = run_rounds(
+            w,
+            scheduler.as_mut(),
+            &mut backend,
+            &loop_settings,
+            progress,
+        )?;
         Ok(self.result(policy.name(), outcome, started.elapsed().as_secs_f64()))
     }
 
@@ -208,7 +214,9 @@ impl Experiment {
 }
 
 fn measured_ids(settings: &SimSettings, n: usize) -> impl Iterator<Item = usize> {
-    let (a, b) = settings.window.map_or((0, n), |(a, b)| (a as usize, b as usize));
+    let (a, b) = settings
+        .window
+        .map_or((0, n), |(a, b)| (a as usize, b as usize));
     a..b
 }
 

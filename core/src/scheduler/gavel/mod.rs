@@ -19,7 +19,9 @@ use crate::plan::Task;
 use crate::scheduler::{Decision, PolicyKind, RoundContext, Scheduler, SchedulerSettings};
 use crate::workload::Workload;
 
-use policies::{AllocationInput, AllocationPolicy, FinishTimeFairness, Fifo, MaxMinFairness, MinTotalDuration};
+use policies::{
+    AllocationInput, AllocationPolicy, Fifo, FinishTimeFairness, MaxMinFairness, MinTotalDuration,
+};
 
 /// How the policy sees rates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +70,11 @@ impl std::fmt::Debug for GavelScheduler {
 
 impl GavelScheduler {
     /// A scheduler for `kind` over `workload`.
-    pub fn new(kind: PolicyKind, workload: &Workload, settings: &SchedulerSettings) -> Result<Self> {
+    pub fn new(
+        kind: PolicyKind,
+        workload: &Workload,
+        settings: &SchedulerSettings,
+    ) -> Result<Self> {
         if settings.realloc_interval_s < 0.0 || !settings.realloc_interval_s.is_finite() {
             return Err(crate::Error::setting(
                 "realloc_interval_s",
@@ -79,14 +85,19 @@ impl GavelScheduler {
         let (policy, view): (Box<dyn AllocationPolicy>, RateView) = match kind {
             PolicyKind::MaxMinFairnessPerf => (Box::new(MaxMinFairness { solver }), RateView::Perf),
             PolicyKind::MaxMinFairness => (Box::new(MaxMinFairness { solver }), RateView::Ones),
-            PolicyKind::MinTotalDurationPerf => (Box::new(MinTotalDuration { solver }), RateView::Perf),
-            PolicyKind::MinTotalDuration => (Box::new(MinTotalDuration { solver }), RateView::Reference),
+            PolicyKind::MinTotalDurationPerf => {
+                (Box::new(MinTotalDuration { solver }), RateView::Perf)
+            }
+            PolicyKind::MinTotalDuration => {
+                (Box::new(MinTotalDuration { solver }), RateView::Reference)
+            }
             PolicyKind::FinishTimeFairnessPerf => {
                 (Box::new(FinishTimeFairness::new(solver)), RateView::Perf)
             }
-            PolicyKind::FinishTimeFairness => {
-                (Box::new(FinishTimeFairness::new(solver)), RateView::Reference)
-            }
+            PolicyKind::FinishTimeFairness => (
+                Box::new(FinishTimeFairness::new(solver)),
+                RateView::Reference,
+            ),
             PolicyKind::FifoPerf => (Box::new(Fifo::new(true, settings.seed)), RateView::Perf),
             // FIFO ignores rate magnitudes when it draws a type, but must see
             // which types a job cannot run on at all.
@@ -176,8 +187,14 @@ impl GavelScheduler {
                 RateView::Reference => rates.extend(std::iter::repeat_n(r[0], k)),
             }
         }
-        let sf: Vec<u32> = jobs.iter().map(|j| w.jobs()[j.index()].scale_factor).collect();
-        let weights: Vec<f64> = jobs.iter().map(|j| w.jobs()[j.index()].priority_weight).collect();
+        let sf: Vec<u32> = jobs
+            .iter()
+            .map(|j| w.jobs()[j.index()].scale_factor)
+            .collect();
+        let weights: Vec<f64> = jobs
+            .iter()
+            .map(|j| w.jobs()[j.index()].priority_weight)
+            .collect();
         let remaining: Vec<f64> = jobs
             .iter()
             .map(|&j| ctx.state.remaining(w, j) as f64)
@@ -199,7 +216,8 @@ impl GavelScheduler {
         self.in_allocation.iter_mut().for_each(|b| *b = false);
         for (i, &j) in jobs.iter().enumerate() {
             self.in_allocation[j.index()] = true;
-            self.allocation[j.index() * k..(j.index() + 1) * k].copy_from_slice(&x[i * k..(i + 1) * k]);
+            self.allocation[j.index() * k..(j.index() + 1) * k]
+                .copy_from_slice(&x[i * k..(i + 1) * k]);
         }
         Ok(())
     }
@@ -263,7 +281,11 @@ impl Scheduler for GavelScheduler {
             keyed.clear();
             for &j in &ctx.state.active {
                 let i = j.index() * k + ty;
-                let alloc = if self.in_allocation[j.index()] { self.allocation[i] } else { 0.0 };
+                let alloc = if self.in_allocation[j.index()] {
+                    self.allocation[i]
+                } else {
+                    0.0
+                };
                 keyed.push((self.priority(w, j, ty), self.deficits[i], alloc, j));
             }
             keyed.sort_by(|a, b| {
@@ -342,7 +364,11 @@ fn assign_gpus(
             let sf = w.jobs()[j.index()].scale_factor as usize;
             let gpus = picker.pick(cluster, ty, sf);
             held[j.index()].clone_from(&gpus);
-            tasks.push(Task { job: j, copy: 0, gpus });
+            tasks.push(Task {
+                job: j,
+                copy: 0,
+                gpus,
+            });
         }
     }
     tasks

@@ -116,7 +116,10 @@ impl AllocationPolicy for MaxMinFairness {
             let mut col = Expression::from(0.0);
             for (ci, &i) in classes.reps.iter().enumerate() {
                 let jobs_in_class = classes.sizes[ci] as f64;
-                col.add_mul(jobs_in_class * f64::from(input.scale_factors[i]), x[ci * k + w]);
+                col.add_mul(
+                    jobs_in_class * f64::from(input.scale_factors[i]),
+                    x[ci * k + w],
+                );
             }
             lp.le(col, f64::from(input.gpus[w]));
         }
@@ -165,9 +168,13 @@ impl JobClasses {
     fn new(input: &AllocationInput<'_>) -> Self {
         let k = input.k();
         let mut index: HashMap<Vec<u64>, usize> = HashMap::new();
-        let (mut reps, mut sizes, mut of) = (Vec::new(), Vec::new(), Vec::with_capacity(input.jobs.len()));
+        let (mut reps, mut sizes, mut of) =
+            (Vec::new(), Vec::new(), Vec::with_capacity(input.jobs.len()));
         for i in 0..input.jobs.len() {
-            let mut key: Vec<u64> = input.rates[i * k..(i + 1) * k].iter().map(|r| r.to_bits()).collect();
+            let mut key: Vec<u64> = input.rates[i * k..(i + 1) * k]
+                .iter()
+                .map(|r| r.to_bits())
+                .collect();
             key.push(u64::from(input.scale_factors[i]));
             key.push(input.weights[i].to_bits());
             let ci = *index.entry(key).or_insert_with(|| {
@@ -202,9 +209,14 @@ impl MinTotalDuration {
             }
             lp.ge(t, input.remaining[i] / horizon);
         }
-        lp.solve(Expression::from(0.0), true, self.solver, "min_total_duration")
-            .ok()
-            .map(|s| values(&s, &x))
+        lp.solve(
+            Expression::from(0.0),
+            true,
+            self.solver,
+            "min_total_duration",
+        )
+        .ok()
+        .map(|s| values(&s, &x))
     }
 }
 
@@ -276,9 +288,14 @@ impl FinishTimeFairness {
             }
             lp.ge(t, input.remaining[i] / slack);
         }
-        lp.solve(Expression::from(0.0), true, self.solver, "finish_time_fairness")
-            .ok()
-            .map(|s| values(&s, &x))
+        lp.solve(
+            Expression::from(0.0),
+            true,
+            self.solver,
+            "finish_time_fairness",
+        )
+        .ok()
+        .map(|s| values(&s, &x))
     }
 }
 
@@ -303,15 +320,15 @@ impl AllocationPolicy for FinishTimeFairness {
         let iso = isolated_rates(input);
         let m = input.jobs.len();
         let mut e = Vec::with_capacity(m);
-        for i in 0..m {
-            let id = input.jobs[i];
+        for ((&id, &remaining), &iso_rate) in input.jobs.iter().zip(input.remaining).zip(&iso) {
+            // Progress since the last solve, valued at the old isolated rate.
             let cum = self.cumulative.entry(id).or_insert(0.0);
             if let Some(&(prev_remaining, prev_iso)) = self.previous.get(&id) {
                 if prev_iso > 0.0 {
-                    *cum += (prev_remaining - input.remaining[i]) / prev_iso;
+                    *cum += (prev_remaining - remaining) / prev_iso;
                 }
             }
-            e.push(*cum + input.remaining[i] / iso[i].max(1e-12));
+            e.push(*cum + remaining / iso_rate.max(1e-12));
         }
         self.previous = (0..m)
             .map(|i| (input.jobs[i], (input.remaining[i], iso[i])))
@@ -396,7 +413,8 @@ impl AllocationPolicy for Fifo {
             self.placed.clear();
         } else {
             // Keep running jobs where they are.
-            self.placed.retain(|id, _| input.jobs.binary_search(id).is_ok());
+            self.placed
+                .retain(|id, _| input.jobs.binary_search(id).is_ok());
             for (i, id) in input.jobs.iter().enumerate() {
                 if let Some(&w) = self.placed.get(id) {
                     free[w] -= i64::from(input.scale_factors[i]);
@@ -416,10 +434,12 @@ impl AllocationPolicy for Fifo {
                 break; // head-of-line blocking
             }
             let choice = if self.perf {
-                fits.iter().copied().fold(None, |best: Option<usize>, w| match best {
-                    Some(b) if input.rates[i * k + b] >= input.rates[i * k + w] => Some(b),
-                    _ => Some(w),
-                })
+                fits.iter()
+                    .copied()
+                    .fold(None, |best: Option<usize>, w| match best {
+                        Some(b) if input.rates[i * k + b] >= input.rates[i * k + w] => Some(b),
+                        _ => Some(w),
+                    })
             } else {
                 fits.choose(&mut self.rng).copied()
             };

@@ -1,0 +1,6 @@
+//! One module per subcommand.
+
+pub mod policies;
+pub mod reproduce;
+pub mod simulate;
+pub mod trace;

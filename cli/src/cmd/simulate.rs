@@ -1,0 +1,343 @@
+//! `hadar simulate`: run a trace under several policies and compare them.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use clap::Args;
+use hadar_core::cluster::Cluster;
+use hadar_core::lp::LpSolver;
+use hadar_core::metrics::RunResult;
+use hadar_core::plan::MixedRate;
+use hadar_core::reproduce::embedded_trace;
+use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
+use hadar_core::sim::{Experiment, SimSettings};
+use hadar_core::throughput::ThroughputTable;
+use hadar_core::trace::{parse_trace, read_trace};
+use hadar_core::workload::Workload;
+
+use crate::exit::CliError;
+use crate::progress::Bars;
+use crate::report::{hours, jobs_csv, plots, table::Table};
+
+/// The embedded default trace: Gavel's run A (100 jobs at t=0, gangs of 1, 2, 4).
+const DEFAULT_TRACE: &str = "static_100jobs_multigpu_seed0.trace";
+/// The policies run when `--policy` is not given.
+const DEFAULT_POLICIES: &str =
+    "max_min_fairness_perf,min_total_duration_perf,finish_time_fairness_perf,fifo_perf";
+
+/// Simulate a trace under one or more policies and compare them.
+///
+/// With no arguments, runs an embedded scenario: Gavel's 100-job trace (run A)
+/// on 4 V100 + 4 P100 + 4 K80 under Gavel's heterogeneity-aware policies,
+/// and prints makespan, JCT, utilization and fairness beside the LP lower bound.
+///
+/// Examples:
+///
+///   hadar simulate
+///
+///   hadar simulate --trace cont.trace --cluster v100=36,p100=36,k80=36 \
+///       --policy max_min_fairness_perf --window 4000..5000
+///
+///   hadar simulate --trace my.trace --throughputs measured.csv \
+///       --cluster cluster.toml --json --out results/
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct SimulateArgs {
+    /// Trace in Gavel's format (10 tab-separated columns, or the legacy 7).
+    /// Default: Gavel's embedded 100-job trace (run A). Names of the embedded
+    /// traces are accepted too: static_100jobs_multigpu_seed0.trace,
+    /// static_100jobs_singlegpu_seed0.trace, minimize_makespan.trace,
+    /// max_min_fairness.trace.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<String>,
+
+    /// Throughput table: `gavel` (embedded simulation table), `gavel-physical`
+    /// (embedded physical-cluster table), a Gavel-format .json, or a .csv with
+    /// columns model,scale_factor,gpu_type,steps_per_second.
+    #[arg(long, default_value = "gavel", value_name = "TABLE")]
+    pub throughputs: String,
+
+    /// The cluster: `TYPE=COUNT,...` (e.g. v100=4,p100=4,k80=4; GPU type names
+    /// are free-form but must be in the throughput table) or a cluster .toml file.
+    #[arg(long, default_value = "v100=4,p100=4,k80=4", value_name = "SPEC|FILE")]
+    pub cluster: String,
+
+    /// GPUs per node for the `TYPE=COUNT` form (Gavel's simulator uses 1).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub gpus_per_node: u32,
+
+    /// Policies to compare, comma-separated (see `hadar policies`).
+    #[arg(long, default_value = DEFAULT_POLICIES, value_delimiter = ',', value_name = "P1,P2")]
+    pub policy: Vec<String>,
+
+    /// Measure JCT over job ids in [A, B) and stop when those have finished
+    /// (Gavel's continuous experiments), e.g. 4000..5000.
+    #[arg(long, value_name = "A..B", value_parser = parse_window)]
+    pub window: Option<(u32, u32)>,
+
+    /// Round length in seconds.
+    #[arg(long, default_value_t = 360.0, value_name = "S")]
+    pub round_seconds: f64,
+
+    /// Minimum simulated seconds between two recomputations of the LP
+    /// policies' allocation (Gavel: 1920).
+    #[arg(long, default_value_t = 1920.0, value_name = "S")]
+    pub realloc_seconds: f64,
+
+    /// Seed for the policies that draw at random.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// LP solver for the policies: interior-point (clarabel, closest to
+    /// Gavel's ECOS) or simplex (microlp).
+    #[arg(long, default_value = "interior-point", value_parser = ["interior-point", "simplex"])]
+    pub solver: String,
+
+    /// How a gang spread over GPU types progresses: at the slowest worker's
+    /// rate (min) or the mean rate.
+    #[arg(long, default_value = "min", value_parser = ["min", "mean"])]
+    pub mixed_rate: String,
+
+    /// Skip the LP lower bound on the makespan (it is an LP over every measured job).
+    #[arg(long)]
+    pub no_bound: bool,
+
+    /// Print a JSON array, one object per policy, instead of the table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write per-job CSVs, a summary.json and SVG plots to this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+fn parse_window(s: &str) -> Result<(u32, u32), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("`{s}` is not A..B (e.g. 4000..5000)"))?;
+    let a: u32 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{a}` is not a job id"))?;
+    let b: u32 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{b}` is not a job id"))?;
+    if a >= b {
+        return Err(format!("{a}..{b} is empty; A must be below B"));
+    }
+    Ok((a, b))
+}
+
+/// Loads trace, table and cluster into a checked workload.
+pub fn load_workload(
+    trace: Option<&str>,
+    throughputs: &str,
+    cluster: &str,
+    gpus_per_node: u32,
+) -> Result<(Arc<Workload>, String), CliError> {
+    let table = Arc::new(ThroughputTable::load(throughputs)?);
+    let cluster = Arc::new(Cluster::from_arg(cluster, gpus_per_node)?);
+    let name = trace.unwrap_or(DEFAULT_TRACE);
+    let (jobs, source) = match embedded_trace(name) {
+        Some(text) if !Path::new(name).exists() => (
+            parse_trace(text, &format!("<embedded {name}>"))?.0,
+            format!("{name} (embedded)"),
+        ),
+        _ => (read_trace(Path::new(name))?.0, name.to_string()),
+    };
+    let workload = Workload::new(jobs, cluster, table, &source)?;
+    Ok((Arc::new(workload), source))
+}
+
+/// Runs the command.
+pub fn run(args: SimulateArgs) -> Result<(), CliError> {
+    let kinds = args
+        .policy
+        .iter()
+        .map(|p| PolicyKind::parse(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    if kinds.is_empty() {
+        return Err(CliError::Usage("--policy names no policy".into()));
+    }
+    let (workload, source) = load_workload(
+        args.trace.as_deref(),
+        &args.throughputs,
+        &args.cluster,
+        args.gpus_per_node,
+    )?;
+    let settings = SimSettings {
+        round_s: args.round_seconds,
+        window: args.window,
+        scheduler: SchedulerSettings {
+            realloc_interval_s: args.realloc_seconds,
+            seed: args.seed,
+            solver: if args.solver == "simplex" {
+                LpSolver::Simplex
+            } else {
+                LpSolver::InteriorPoint
+            },
+        },
+        mixed_rate: if args.mixed_rate == "mean" {
+            MixedRate::Mean
+        } else {
+            MixedRate::Min
+        },
+        makespan_bound: !args.no_bound,
+    };
+    let experiment = Experiment::new(workload.clone(), settings)?;
+    let results = run_policies(&experiment, &kinds, !args.json)?;
+    if let Some(dir) = &args.out {
+        write_outputs(dir, &results)?;
+    }
+    if args.json {
+        let summaries: Vec<_> = results.iter().map(|r| &r.summary).collect();
+        let text = serde_json::to_string_pretty(&summaries)
+            .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
+        println!("{text}");
+    } else {
+        print_table(&experiment, &source, &results);
+        if let Some(dir) = &args.out {
+            println!(
+                "\nwrote per-job CSVs, summary.json and plots to {}",
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs each policy, two at a time (the machine's cores), with progress bars.
+fn run_policies(
+    experiment: &Experiment,
+    kinds: &[PolicyKind],
+    bars_enabled: bool,
+) -> Result<Vec<RunResult>, CliError> {
+    let bars = Bars::new(bars_enabled);
+    let total = experiment
+        .settings()
+        .window
+        .map_or(experiment.workload().jobs().len(), |(a, b)| {
+            (b - a) as usize
+        }) as u64;
+    let next = Mutex::new(0usize);
+    let results: Mutex<Vec<Option<Result<RunResult, CliError>>>> =
+        Mutex::new((0..kinds.len()).map(|_| None).collect());
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(kinds.len());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = {
+                    let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
+                    let i = *n;
+                    *n += 1;
+                    i
+                };
+                let Some(&kind) = kinds.get(i) else { break };
+                let bar = bars.bar(kind.name(), total);
+                let r = experiment.run(kind, &mut |p| {
+                    bar.set_position(p.done as u64);
+                    bar.set_message(format!("{:.1} h simulated", p.now_s / 3600.0));
+                    bars.tick();
+                });
+                bar.finish();
+                results.lock().unwrap_or_else(|e| e.into_inner())[i] =
+                    Some(r.map_err(CliError::from));
+            });
+        }
+    });
+    bars.clear();
+    results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(CliError::Usage("a policy run did not finish".into()))))
+        .collect()
+}
+
+fn print_table(experiment: &Experiment, source: &str, results: &[RunResult]) {
+    let w = experiment.workload();
+    let b = experiment.bounds();
+    println!("trace      {source}: {} jobs", w.jobs().len());
+    println!("cluster    {}", w.cluster());
+    println!("table      {}", w.table().source());
+    if let Some((a, z)) = experiment.settings().window {
+        println!("window     jobs {a}..{z}");
+    }
+    match b.makespan_s {
+        Some(lb) => println!(
+            "bounds     makespan >= {} h (LP), mean JCT >= {} h (no queueing)",
+            hours(lb),
+            hours(b.mean_jct_s)
+        ),
+        None => println!(
+            "bounds     mean JCT >= {} h (no queueing)",
+            hours(b.mean_jct_s)
+        ),
+    }
+    println!();
+    let mut t = Table::new([
+        "policy",
+        "makespan h",
+        "/bound",
+        "avg JCT h",
+        "/bound",
+        "p95 JCT h",
+        "p99 JCT h",
+        "queue h",
+        "util",
+        "FTF max",
+        "done",
+        "solves",
+        "wall s",
+    ]);
+    for r in results {
+        let s = &r.summary;
+        t.row([
+            s.policy.clone(),
+            hours(s.makespan_s),
+            s.makespan_over_bound
+                .map_or("-".into(), |x| format!("{x:.3}")),
+            hours(s.avg_jct_s),
+            format!("{:.3}", s.jct_over_bound),
+            hours(s.p95_jct_s),
+            hours(s.p99_jct_s),
+            hours(s.avg_queueing_s),
+            format!("{:.3}", s.utilization),
+            format!("{:.2}", s.ftf_max),
+            format!("{}/{}", s.jobs_completed, s.jobs_measured),
+            s.decisions.to_string(),
+            format!("{:.2}", s.wall_s),
+        ]);
+    }
+    print!("{}", t.render());
+}
+
+fn write_outputs(dir: &Path, results: &[RunResult]) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir).map_err(|e| CliError::output(dir.display(), e))?;
+    for r in results {
+        jobs_csv::write_jobs_csv(&dir.join(format!("{}.jobs.csv", r.summary.policy)), r)?;
+    }
+    let summaries: Vec<_> = results.iter().map(|r| &r.summary).collect();
+    let path = dir.join("summary.json");
+    let text = serde_json::to_string_pretty(&summaries)
+        .map_err(|e| CliError::output(path.display(), std::io::Error::other(e)))?;
+    std::fs::write(&path, text).map_err(|e| CliError::output(path.display(), e))?;
+    plots::write_plots(dir, results)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_parse() {
+        assert_eq!(parse_window("4000..5000"), Ok((4000, 5000)));
+        assert!(parse_window("5..5").is_err());
+        assert!(parse_window("a..5").is_err());
+        assert!(parse_window("5").is_err());
+    }
+}

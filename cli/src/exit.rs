@@ -1,0 +1,71 @@
+//! CLI errors and their exit codes (documented in `docs/cli.md`).
+
+use hadar_core::Error as CoreError;
+
+/// Exit code: the inputs are wrong (a file, a flag's value); the message says where.
+pub const EXIT_INPUT: u8 = 3;
+/// Exit code: the LP solver failed.
+pub const EXIT_SOLVER: u8 = 4;
+/// Exit code: a check (e.g. `hadar reproduce`) ran and failed.
+pub const EXIT_CHECK_FAILED: u8 = 5;
+/// Exit code: writing output failed.
+pub const EXIT_OUTPUT: u8 = 6;
+
+/// An error of the `hadar` command.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// From the engine.
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// A command-line value that clap could not check by itself.
+    #[error("{0}")]
+    Usage(String),
+    /// A check ran and failed.
+    #[error("{0}")]
+    CheckFailed(String),
+    /// Writing results failed.
+    #[error("cannot write {path}: {source}")]
+    Output {
+        /// What was being written.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CliError {
+    /// The process exit code.
+    pub fn code(&self) -> u8 {
+        match self {
+            Self::Core(CoreError::Solver { .. }) => EXIT_SOLVER,
+            Self::Core(CoreError::Io { .. } | CoreError::Parse { .. })
+            | Self::Core(CoreError::Inconsistent { .. } | CoreError::Setting { .. }) => EXIT_INPUT,
+            Self::Usage(_) => 2,
+            Self::CheckFailed(_) => EXIT_CHECK_FAILED,
+            Self::Output { .. } => EXIT_OUTPUT,
+        }
+    }
+
+    /// A hint on how to fix it, where one helps.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            Self::Core(CoreError::Inconsistent { .. }) => Some(
+                "inputs must agree: every cluster GPU type and every job (type, gang size) \
+                 must be in the throughput table; `hadar trace check` shows what a trace needs",
+            ),
+            Self::Core(CoreError::Solver { .. }) => {
+                Some("this is a defect or a numerically hard input; rerun with -vv and report it")
+            }
+            _ => None,
+        }
+    }
+
+    /// An output error on `path`.
+    pub fn output(path: impl std::fmt::Display, source: std::io::Error) -> Self {
+        Self::Output {
+            path: path.to_string(),
+            source,
+        }
+    }
+}

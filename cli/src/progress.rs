@@ -1,0 +1,59 @@
+//! Progress bars for long runs: shown only on a terminal, and only once a
+//! run has taken more than a second (short runs print nothing extra).
+
+use std::time::{Duration, Instant};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Delay before bars appear.
+const SHOW_AFTER: Duration = Duration::from_secs(1);
+
+/// A set of bars, one per concurrent task.
+#[derive(Debug)]
+pub struct Bars {
+    multi: MultiProgress,
+    started: Instant,
+    enabled: bool,
+    shown: std::sync::atomic::AtomicBool,
+}
+
+impl Bars {
+    /// Bars that will show if `enabled` (e.g. not `--json`) and stderr is a terminal.
+    pub fn new(enabled: bool) -> Self {
+        Self {
+            multi: MultiProgress::with_draw_target(ProgressDrawTarget::hidden()),
+            started: Instant::now(),
+            enabled: enabled && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            shown: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A bar counting `total` items, labelled `name`.
+    pub fn bar(&self, name: &str, total: u64) -> ProgressBar {
+        let style = ProgressStyle::with_template(
+            "{prefix:>26} [{bar:30}] {pos}/{len} jobs, {msg} ({elapsed})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        let bar = self.multi.add(ProgressBar::new(total));
+        bar.set_style(style);
+        bar.set_prefix(name.to_string());
+        bar
+    }
+
+    /// Call on every update: makes the bars visible after the delay.
+    pub fn tick(&self) {
+        if self.enabled
+            && !self.shown.load(std::sync::atomic::Ordering::Relaxed)
+            && self.started.elapsed() > SHOW_AFTER
+        {
+            self.shown.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.multi.set_draw_target(ProgressDrawTarget::stderr());
+        }
+    }
+
+    /// Removes the bars from the screen.
+    pub fn clear(&self) {
+        let _ = self.multi.clear();
+    }
+}

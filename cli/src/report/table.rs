@@ -1,0 +1,72 @@
+//! A plain text table: left-aligned first column, right-aligned numbers.
+
+/// A table with a header row.
+#[derive(Debug, Default)]
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column titles.
+    pub fn new<S: Into<String>>(header: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            header: header.into_iter().map(Into::into).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row (missing cells are blank).
+    pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
+        self.rows.push(cells.into_iter().map(Into::into).collect());
+    }
+
+    /// Renders with two spaces between columns.
+    pub fn render(&self) -> String {
+        let cols = self.header.len();
+        let mut width = vec![0; cols];
+        for row in std::iter::once(&self.header).chain(&self.rows) {
+            for (i, cell) in row.iter().enumerate().take(cols) {
+                width[i] = width[i].max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let mut line = |row: &[String]| {
+            let mut cells = Vec::with_capacity(cols);
+            for (i, w) in width.iter().enumerate() {
+                let cell = row.get(i).map_or("", String::as_str);
+                cells.push(if i == 0 {
+                    format!("{cell:<w$}")
+                } else {
+                    format!("{cell:>w$}")
+                });
+            }
+            out.push_str(cells.join("  ").trim_end());
+            out.push('\n');
+        };
+        line(&self.header);
+        let rule: Vec<String> = width.iter().map(|w| "-".repeat(*w)).collect();
+        line(&rule);
+        for row in &self.rows {
+            line(row);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligns_columns() {
+        let mut t = Table::new(["policy", "h"]);
+        t.row(["fifo", "1.00"]);
+        t.row(["max_min_fairness_perf", "12.50"]);
+        let s = t.render();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[0], "policy                     h");
+        assert_eq!(lines[2], "fifo                    1.00");
+        assert_eq!(lines[3], "max_min_fairness_perf  12.50");
+    }
+}

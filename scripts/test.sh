@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace on a fresh machine: installs what the tests
+# need, builds once, then tests, lints and checks formatting.
+#
+#   scripts/test.sh            # everything
+#   scripts/test.sh --quick    # tests only (no clippy/fmt)
+#
+# Needs: a Rust toolchain (cargo, with clippy and rustfmt). Run as root on a
+# fresh Debian machine, it installs the system packages the tests use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# System packages the build or tests need (none yet beyond a C compiler for
+# the -sys crates; later backends add sshd, Slurm and Docker here).
+need=()
+command -v cc >/dev/null || need+=(gcc)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+  step "installing ${need[*]}"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+  else
+    echo "missing ${need[*]}: install them (apt-get install ${need[*]}) or run as root" >&2
+    exit 1
+  fi
+fi
+
+step "build (once; tests reuse it)"
+cargo test --workspace --locked --no-run
+
+step "tests"
+cargo test --workspace --locked
+
+if [ "$quick" = 0 ]; then
+  step "clippy"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+  step "rustfmt"
+  cargo fmt --all -- --check
+fi
+step "all checks passed"
