@@ -61,6 +61,7 @@ pub fn run(args: ReproduceArgs) -> Result<(), CliError> {
 pub fn render(rows: &[Comparison]) -> String {
     let mut t = Table::new([
         "run",
+        "trace",
         "policy",
         "Gavel makespan h",
         "ours",
@@ -71,10 +72,12 @@ pub fn render(rows: &[Comparison]) -> String {
         "Gavel util",
         "ours",
         "check",
-    ]);
+    ])
+    .left_columns(3);
     for r in rows {
         t.row([
             r.gavel.run.clone(),
+            r.gavel.trace.trim_end_matches(".trace").to_string(),
             r.gavel.policy.clone(),
             hours(r.gavel.makespan_s),
             hours(r.makespan_s),

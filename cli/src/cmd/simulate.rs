@@ -292,7 +292,8 @@ fn print_table(experiment: &Experiment, source: &str, results: &[RunResult]) {
         "done",
         "solves",
         "wall s",
-    ]);
+    ])
+    .left_columns(1);
     for r in results {
         let s = &r.summary;
         t.row([

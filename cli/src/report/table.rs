@@ -5,6 +5,7 @@
 pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
+    left: usize,
 }
 
 impl Table {
@@ -13,7 +14,14 @@ impl Table {
         Self {
             header: header.into_iter().map(Into::into).collect(),
             rows: Vec::new(),
+            left: 1,
         }
+    }
+
+    /// Left-aligns the first `n` columns (text); the rest are right-aligned (numbers).
+    pub fn left_columns(mut self, n: usize) -> Self {
+        self.left = n;
+        self
     }
 
     /// Adds a row (missing cells are blank).
@@ -35,7 +43,7 @@ impl Table {
             let mut cells = Vec::with_capacity(cols);
             for (i, w) in width.iter().enumerate() {
                 let cell = row.get(i).map_or("", String::as_str);
-                cells.push(if i == 0 {
+                cells.push(if i < self.left {
                     format!("{cell:<w$}")
                 } else {
                     format!("{cell:>w$}")
@@ -68,5 +76,9 @@ mod tests {
         assert_eq!(lines[0], "policy                     h");
         assert_eq!(lines[2], "fifo                    1.00");
         assert_eq!(lines[3], "max_min_fairness_perf  12.50");
+        let mut t = Table::new(["run", "policy", "h"]).left_columns(2);
+        t.row(["A", "fifo", "1.00"]);
+        t.row(["B", "max_min", "12.50"]);
+        assert_eq!(t.render().lines().nth(2), Some("A    fifo      1.00"));
     }
 }

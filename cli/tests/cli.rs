@@ -1,0 +1,217 @@
+//! The `hadar` binary as a user runs it.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn hadar(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(args)
+        .output()
+        .expect("run hadar")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn simulate_with_no_arguments_prints_the_comparison() {
+    let o = hadar(&["simulate"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for needle in [
+        "static_100jobs_multigpu_seed0.trace (embedded): 100 jobs",
+        "v100=4,p100=4,k80=4",
+        "makespan >= 41.64 h (LP)",
+        "max_min_fairness_perf",
+        "min_total_duration_perf",
+        "finish_time_fairness_perf",
+        "fifo_perf",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
+    // fifo_perf reproduces Gavel's figure exactly: 52.81 h makespan, 27.50 h JCT.
+    let fifo = out
+        .lines()
+        .find(|l| l.starts_with("fifo_perf"))
+        .expect("fifo row");
+    assert!(fifo.contains("52.81") && fifo.contains("27.50"), "{fifo}");
+}
+
+#[test]
+fn json_output_has_the_documented_fields() {
+    let o = hadar(&[
+        "simulate",
+        "--json",
+        "--policy",
+        "fifo_perf,max_min_fairness_perf",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let rows = v.as_array().expect("array");
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        for field in [
+            "policy",
+            "makespan_s",
+            "avg_jct_s",
+            "utilization",
+            "jobs_completed",
+            "lower_bound_s",
+            "jct_lower_bound_s",
+            "wall_s",
+        ] {
+            assert!(row.get(field).is_some(), "{field} missing in {row}");
+        }
+        assert_eq!(row["jobs_completed"], 100);
+        let makespan = row["makespan_s"].as_f64().expect("number");
+        let bound = row["lower_bound_s"].as_f64().expect("number");
+        assert!(makespan >= bound);
+    }
+    assert_eq!(rows[0]["policy"], "fifo_perf");
+}
+
+#[test]
+fn out_dir_gets_csv_json_and_plots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("results");
+    let o = hadar(&[
+        "simulate",
+        "--policy",
+        "max_min_fairness_perf",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in [
+        "max_min_fairness_perf.jobs.csv",
+        "max_min_fairness_perf.gpu_timeline.svg",
+        "max_min_fairness_perf.utilization.svg",
+        "jct_cdf.svg",
+        "summary.json",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let csv = std::fs::read_to_string(out.join("max_min_fairness_perf.jobs.csv")).expect("csv");
+    assert_eq!(csv.lines().count(), 101, "header + 100 jobs");
+}
+
+#[test]
+fn generated_continuous_trace_with_a_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("cont.trace");
+    let o = hadar(&[
+        "trace",
+        "generate",
+        "--generator",
+        "philly",
+        "--jobs",
+        "300",
+        "--jobs-per-hour",
+        "4",
+        "--seed",
+        "1",
+        "--out",
+        trace.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = hadar(&[
+        "simulate",
+        "--trace",
+        trace.to_str().expect("utf-8"),
+        "--cluster",
+        "v100=8,p100=8,k80=8",
+        "--policy",
+        "max_min_fairness_perf",
+        "--window",
+        "100..200",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(v[0]["jobs_measured"], 100);
+    assert_eq!(v[0]["jobs_completed"], 100);
+    let jct = v[0]["avg_jct_s"].as_f64().expect("number");
+    let bound = v[0]["jct_lower_bound_s"].as_f64().expect("number");
+    assert!(jct >= bound && bound > 0.0);
+}
+
+#[test]
+fn bad_inputs_name_the_place_and_exit_3() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(
+        &bad,
+        "A3C\tpython3 main.py\t.\t--steps\t0\t100\t1\t1\t-1\t0\nA3C\tpython3 main.py\t.\t--steps\t0\tmany\t1\t1\t-1\t0\n",
+    )
+    .expect("write");
+    let o = hadar(&["simulate", "--trace", bad.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(3));
+    let err = stderr(&o);
+    assert!(err.contains("bad.trace:2: field `total_steps`"), "{err}");
+
+    let o = hadar(&["simulate", "--cluster", "a100=4"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(stderr(&o).contains("GPU type `a100` is not in the throughput table"));
+
+    let o = hadar(&["simulate", "--policy", "best"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(stderr(&o).contains("unknown policy `best`"));
+
+    let o = hadar(&["simulate", "--trace", "/no/such/file.trace"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(stderr(&o).contains("/no/such/file.trace"));
+
+    let o = hadar(&["simulate", "--window", "9..3"]);
+    assert_eq!(o.status.code(), Some(2), "clap usage error");
+}
+
+#[test]
+fn own_throughput_table_and_cluster_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let o = hadar(&[
+        "simulate",
+        "--trace",
+        root.join("examples/a100-t4.trace").to_str().expect("utf-8"),
+        "--throughputs",
+        root.join("examples/throughputs-a100-t4.csv")
+            .to_str()
+            .expect("utf-8"),
+        "--cluster",
+        "a100=2,t4=2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(v[0]["jobs_completed"], 3);
+
+    let o = hadar(&[
+        "simulate",
+        "--cluster",
+        root.join("examples/clusters/gavel-4-4-4.toml")
+            .to_str()
+            .expect("utf-8"),
+        "--policy",
+        "fifo_perf",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    // The TOML form of 4:4:4 gives exactly the short form's result.
+    assert!((v[0]["makespan_s"].as_f64().expect("number") - 190126.09).abs() < 1.0);
+}
+
+#[test]
+fn help_teaches_with_examples() {
+    let o = hadar(&["--help"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("simulate"));
+    let o = hadar(&["simulate", "--help"]);
+    let out = stdout(&o);
+    assert!(out.contains("hadar simulate --trace"), "{out}");
+    assert!(out.contains("--window"));
+}

@@ -1,0 +1,121 @@
+//! Properties of every schedule the simulator produces, over random
+//! clusters and workloads (proptest): every job finishes, work never exceeds
+//! what the throughput table allows, and no schedule beats the lower bounds.
+
+use std::sync::Arc;
+
+use hadar_core::bounds::{isolated_jct, makespan_lower_bound};
+use hadar_core::cluster::Cluster;
+use hadar_core::job::{Job, JobId, Launch};
+use hadar_core::scheduler::PolicyKind;
+use hadar_core::sim::{Experiment, SimSettings};
+use hadar_core::throughput::ThroughputTable;
+use hadar_core::workload::Workload;
+use proptest::prelude::*;
+
+const TYPES: [&str; 3] = ["fast", "mid", "slow"];
+const MODELS: [&str; 3] = ["a", "b", "c"];
+
+/// A table where every model runs on every type at gang sizes 1, 2 and 4,
+/// with per-GPU speeds that differ by model (heterogeneity that matters).
+fn table() -> ThroughputTable {
+    let mut t = ThroughputTable::default();
+    for (m, model) in MODELS.iter().enumerate() {
+        for (g, ty) in TYPES.iter().enumerate() {
+            let per_gpu = [[4.0, 2.0, 1.0], [3.0, 2.5, 0.5], [2.0, 1.8, 1.5]][m][g];
+            for sf in [1u32, 2, 4] {
+                // Scaling is sublinear, as in Gavel's table.
+                t.set_isolated(
+                    model,
+                    sf,
+                    ty,
+                    per_gpu * f64::from(sf) * 0.9f64.powi(sf as i32 - 1),
+                );
+            }
+        }
+    }
+    t
+}
+
+/// A job: model index, gang size, steps, arrival.
+type JobSpec = (usize, u32, u64, f64);
+
+fn workload_strategy() -> impl Strategy<Value = (Vec<u32>, Vec<JobSpec>)> {
+    let counts = prop::collection::vec(1u32..=4, 3);
+    let jobs = prop::collection::vec(
+        (
+            0usize..3,
+            prop::sample::select(vec![1u32, 2, 4]),
+            100u64..20_000,
+            0.0f64..20_000.0,
+        ),
+        1..14,
+    );
+    (counts, jobs)
+}
+
+fn build(counts: &[u32], jobs: &[JobSpec]) -> Option<Arc<Workload>> {
+    let spec: Vec<String> = TYPES
+        .iter()
+        .zip(counts)
+        .map(|(t, c)| format!("{t}={c}"))
+        .collect();
+    let cluster = Arc::new(Cluster::from_short_form(&spec.join(","), 1).ok()?);
+    let max_type = *counts.iter().max()?;
+    let mut arrivals: Vec<f64> = jobs.iter().map(|j| j.3.floor()).collect();
+    arrivals.sort_by(f64::total_cmp);
+    let jobs: Vec<Job> = jobs
+        .iter()
+        .zip(arrivals)
+        .enumerate()
+        .map(|(i, (&(m, sf, steps, _), arrival))| Job {
+            id: JobId(i as u32),
+            job_type: MODELS[m].into(),
+            // Gavel's policies keep a gang on one type: it must fit in one.
+            scale_factor: sf.min(prev_pow2(max_type)),
+            total_steps: steps,
+            arrival_s: arrival,
+            priority_weight: 1.0,
+            slo_s: None,
+            launch: Launch::default(),
+        })
+        .collect();
+    Workload::new(jobs, cluster, Arc::new(table()), "generated")
+        .ok()
+        .map(Arc::new)
+}
+
+fn prev_pow2(n: u32) -> u32 {
+    1 << (31 - n.leading_zeros())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn schedules_are_feasible_and_complete((counts, jobs) in workload_strategy()) {
+        let Some(workload) = build(&counts, &jobs) else { return Ok(()) };
+        let bound = makespan_lower_bound(&workload).expect("bound");
+        let exp = Experiment::new(workload.clone(), SimSettings::default()).expect("experiment");
+        for kind in PolicyKind::ALL {
+            let r = exp.run(kind, &mut |_| {}).expect("simulation");
+            let s = &r.summary;
+            // Every job finishes.
+            prop_assert_eq!(s.jobs_completed, workload.jobs().len(), "{}", kind);
+            // No schedule beats the LP bound (the engine also rejects any
+            // plan that gives a GPU twice).
+            prop_assert!(s.makespan_s >= bound * (1.0 - 1e-6), "{}: {} < {}", kind, s.makespan_s, bound);
+            prop_assert!(s.utilization <= 1.0 + 1e-9);
+            for (job, rec) in workload.jobs().iter().zip(&r.jobs) {
+                let jct = rec.jct_s.expect("finished");
+                // Nobody finishes faster than alone on its fastest type.
+                prop_assert!(jct >= isolated_jct(&workload, job.id.index()) * (1.0 - 1e-9));
+                // Work done fits in the GPU time used at the fastest rate.
+                let best = workload.rates_of(job.id.index()).iter().copied().fold(0.0, f64::max);
+                let gang_seconds = rec.gpu_seconds / f64::from(job.scale_factor);
+                prop_assert!(job.total_steps as f64 <= best * gang_seconds * (1.0 + 1e-9) + 1.0);
+                prop_assert!(rec.start_s.expect("started") >= job.arrival_s);
+            }
+        }
+    }
+}
