@@ -18,8 +18,15 @@ use exit::CliError;
 /// Hadar: a heterogeneity-aware scheduler for deep-learning training jobs.
 ///
 /// Start with `hadar simulate`: it runs an embedded scenario (Gavel's
-/// 100-job trace on 4 V100 + 4 P100 + 4 K80) under every policy and prints
-/// a comparison table. See `hadar help simulate` for your own inputs.
+/// 100-job trace on 4 V100 + 4 P100 + 4 K80) under Gavel's
+/// heterogeneity-aware policies and prints a comparison table with the LP
+/// lower bound. See `hadar help simulate` for your own inputs, `hadar
+/// policies` for the policies, and `hadar reproduce` to check our baselines
+/// against Gavel's published numbers.
+///
+/// Exit codes: 0 success, 2 usage error, 3 bad input (the message names the
+/// file, line and field), 4 LP solver failure, 5 a check failed, 6 cannot
+/// write output.
 #[derive(Debug, Parser)]
 #[command(name = "hadar", version, about, long_about, propagate_version = true)]
 struct Cli {
