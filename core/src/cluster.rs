@@ -76,6 +76,19 @@ pub struct Cluster {
 /// Where a GPU-count specification came from, for error messages.
 const COMMAND_LINE: &str = "<command line>";
 
+/// The most GPUs a cluster may have: a bound against typos such as
+/// `v100=4000000000` exhausting memory.
+pub const MAX_GPUS: u64 = 1_000_000;
+
+fn too_many(location: &Location, total: u64) -> Error {
+    Error::parse(
+        location.clone(),
+        format!(
+            "{total} GPUs is more than the {MAX_GPUS} a cluster may have; is a count mistyped?"
+        ),
+    )
+}
+
 impl Cluster {
     /// Builds a cluster from nodes given as `(name, [(type name, count)])`.
     ///
@@ -168,6 +181,7 @@ impl Cluster {
         }
         let mut nodes = Vec::new();
         let mut seen: Vec<&str> = Vec::new();
+        let mut total = 0u64;
         for part in spec.split(',') {
             let part = part.trim();
             let (ty, count) = part.split_once('=').ok_or_else(|| {
@@ -190,6 +204,10 @@ impl Cluster {
                 ));
             }
             seen.push(ty);
+            total += u64::from(count);
+            if total > MAX_GPUS {
+                return Err(too_many(&location, total));
+            }
             if !count.is_multiple_of(gpus_per_node) {
                 return Err(Error::parse(
                     location.clone(),
@@ -224,6 +242,7 @@ impl Cluster {
             ));
         }
         let mut nodes = Vec::new();
+        let mut total = 0u64;
         for (i, spec) in file.node.iter().enumerate() {
             let base = spec.name.clone().unwrap_or_else(|| format!("node{i}"));
             let copies = spec.count.unwrap_or(1);
@@ -232,6 +251,15 @@ impl Cluster {
                     location.field(format!("node[{i}].count")),
                     "must be at least 1",
                 ));
+            }
+            let per_node: u64 = spec
+                .gpu_counts(&location, i)?
+                .iter()
+                .map(|&(_, n)| u64::from(n))
+                .sum();
+            total += per_node.max(1) * u64::from(copies);
+            if total > MAX_GPUS {
+                return Err(too_many(&location, total));
             }
             for c in 0..copies {
                 let name = if copies == 1 {
@@ -425,6 +453,7 @@ mod tests {
             ("v100=6", 4, "not a multiple"),
             ("v100=0", 1, "no GPUs"),
             ("v 100=1", 1, "not a GPU type name"),
+            ("v100=4000000000", 1, "more than the 1000000"),
             ("v100=4", 0, "at least 1"),
         ] {
             let err = Cluster::from_short_form(spec, gpn).unwrap_err().to_string();
