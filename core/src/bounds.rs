@@ -20,27 +20,56 @@ const ARRIVAL_BREAKPOINTS: usize = 24;
 
 /// The LP lower bound on the makespan of `workload` (seconds from trace start).
 pub fn makespan_lower_bound(workload: &Workload) -> Result<f64> {
-    let jobs = workload.jobs();
-    let cluster = workload.cluster();
-    let counts = cluster.gpus_per_type();
-    let types = counts.len();
+    let jobs: Vec<FluidJob<'_>> = workload
+        .jobs()
+        .iter()
+        .enumerate()
+        .map(|(j, job)| FluidJob {
+            rates: workload.rates_of(j),
+            gang: job.scale_factor,
+            steps: job.total_steps as f64,
+            arrival_s: job.arrival_s,
+        })
+        .collect();
+    fluid_makespan(&jobs, &workload.cluster().gpus_per_type())
+}
+
+/// One job of the fluid relaxation.
+#[derive(Debug, Clone, Copy)]
+pub struct FluidJob<'a> {
+    /// Steps/s of the whole gang on each type (0: cannot run there).
+    pub rates: &'a [f64],
+    /// Gang size.
+    pub gang: u32,
+    /// Steps to do.
+    pub steps: f64,
+    /// Earliest start (s).
+    pub arrival_s: f64,
+}
+
+/// The smallest end time `T` of the fluid relaxation described in the module
+/// docs, for `jobs` on a cluster with `counts[w]` GPUs of type `w`.
+pub fn fluid_makespan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<f64> {
     let mut lp = Lp::new();
     let t_end = lp.nonneg();
     // a[j][w], only where the job can run.
     let mut a: Vec<Vec<(usize, good_lp::Variable)>> = Vec::with_capacity(jobs.len());
-    for (j, job) in jobs.iter().enumerate() {
+    for job in jobs {
         let mut row = Vec::new();
         let mut work = Expression::from(0.0);
         let mut time = Expression::from(0.0);
-        for (w, &rate) in workload.rates_of(j).iter().enumerate() {
-            if rate > 0.0 && counts[w] >= job.scale_factor {
+        for (w, &rate) in job.rates.iter().enumerate() {
+            // Every type the job can run on counts, even one with fewer GPUs
+            // than its gang: a gang may span types (Hadar), and the
+            // relaxation only bounds GPU-seconds, not simultaneity.
+            if rate > 0.0 && counts[w] > 0 {
                 let v = lp.nonneg();
                 work.add_mul(rate, v);
                 time.add_mul(1.0, v);
                 row.push((w, v));
             }
         }
-        lp.ge(work, job.total_steps as f64);
+        lp.ge(work, job.steps);
         // sum_w a[j,w] <= T - arrival_j
         time.add_mul(-1.0, t_end);
         lp.le(time, -job.arrival_s);
@@ -49,17 +78,18 @@ pub fn makespan_lower_bound(workload: &Workload) -> Result<f64> {
     // Capacity from each breakpoint on: jobs arriving at or after `t0` use
     // GPU-seconds only in [t0, T].
     let mut arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
+    arrivals.sort_by(f64::total_cmp);
     arrivals.dedup();
     let step = arrivals.len().div_ceil(ARRIVAL_BREAKPOINTS).max(1);
     let breakpoints: Vec<f64> = arrivals.iter().step_by(step).copied().collect();
     for &t0 in &breakpoints {
-        for (w, &count) in counts.iter().enumerate().take(types) {
+        for (w, &count) in counts.iter().enumerate() {
             let mut used = Expression::from(0.0);
-            for (j, row) in a.iter().enumerate() {
-                if jobs[j].arrival_s >= t0 {
+            for (job, row) in jobs.iter().zip(&a) {
+                if job.arrival_s >= t0 {
                     for &(ww, v) in row {
                         if ww == w {
-                            used.add_mul(f64::from(jobs[j].scale_factor), v);
+                            used.add_mul(f64::from(job.gang), v);
                         }
                     }
                 }

@@ -135,6 +135,8 @@ pub struct RunResult {
     pub spans: Vec<GpuSpan>,
     /// Decision costs.
     pub decisions: Vec<DecisionRecord>,
+    /// Why the explained job ran or waited, one line per round (`--explain`).
+    pub explanations: Vec<String>,
 }
 
 /// The `q`-quantile (0..=1) of sorted values, by linear interpolation

@@ -21,9 +21,9 @@ use crate::report::{hours, jobs_csv, plots, table::Table};
 
 /// The embedded default trace: Gavel's run A (100 jobs at t=0, gangs of 1, 2, 4).
 const DEFAULT_TRACE: &str = "static_100jobs_multigpu_seed0.trace";
-/// The policies run when `--policy` is not given.
+/// The policies run when `--policy` is not given: Hadar beside Gavel's heterogeneity-aware ones.
 const DEFAULT_POLICIES: &str =
-    "max_min_fairness_perf,min_total_duration_perf,finish_time_fairness_perf,fifo_perf";
+    "hadar,hadar:makespan,max_min_fairness_perf,min_total_duration_perf,finish_time_fairness_perf,fifo_perf";
 
 /// Simulate a trace under one or more policies and compare them.
 ///
@@ -102,6 +102,15 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_bound: bool,
 
+    /// Explain, round by round, why this job ran where it ran or why it
+    /// waited: its place in the order, the prices it faced, its best
+    /// schedules (Hadar policies; Gavel's policies do not explain).
+    #[arg(long, value_name = "JOB")]
+    pub explain: Option<u32>,
+
+    #[command(flatten)]
+    pub hadar: HadarArgs,
+
     /// Print a JSON array, one object per policy, instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -109,6 +118,60 @@ pub struct SimulateArgs {
     /// Write per-job CSVs, a summary.json and SVG plots to this directory.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+}
+
+/// Hadar's settings (see docs/algorithm.md for what each does and how its
+/// default was chosen).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Hadar settings")]
+pub struct HadarArgs {
+    /// Rounds Hadar plans ahead.
+    #[arg(long, default_value_t = 64, value_name = "ROUNDS")]
+    pub hadar_horizon: usize,
+    /// Price of an idle GPU-second of the fastest type, per active job per GPU.
+    #[arg(long, default_value_t = 1.0, value_name = "P")]
+    pub hadar_price_base: f64,
+    /// How much more a fully committed GPU type costs than an idle one.
+    #[arg(long, default_value_t = 4.0, value_name = "R")]
+    pub hadar_price_ratio: f64,
+    /// Order in which jobs meet the prices: shortest, longest, arrival
+    /// (default: shortest for hadar, longest for hadar:makespan).
+    #[arg(long, value_parser = ["shortest", "longest", "arrival"])]
+    pub hadar_order: Option<String>,
+    /// Aging of the shortest-first order in seconds (0: off).
+    #[arg(long, default_value_t = 0.0, value_name = "S")]
+    pub hadar_aging: f64,
+    /// Admission: run a job only if its loss plus cost is at most this many
+    /// times its loss alone on its fastest type (inf: admit all).
+    #[arg(long, default_value_t = f64::INFINITY, value_name = "X")]
+    pub hadar_admission: f64,
+    /// Keep each gang on one GPU type (turns task-level heterogeneity off).
+    #[arg(long)]
+    pub hadar_no_mixed_types: bool,
+    /// Leave GPUs idle rather than backfill them with waiting jobs.
+    #[arg(long)]
+    pub hadar_no_backfill: bool,
+}
+
+impl HadarArgs {
+    fn settings(&self) -> hadar_core::scheduler::hadar::HadarSettings {
+        use hadar_core::scheduler::hadar::{HadarSettings, JobOrder};
+        HadarSettings {
+            horizon_rounds: self.hadar_horizon,
+            price_base: self.hadar_price_base,
+            price_ratio: self.hadar_price_ratio,
+            order: self.hadar_order.as_deref().map(|o| match o {
+                "longest" => JobOrder::LongestFirst,
+                "arrival" => JobOrder::Arrival,
+                _ => JobOrder::ShortestFirst,
+            }),
+            aging_s: self.hadar_aging,
+            admission: self.hadar_admission,
+            mixed_types: !self.hadar_no_mixed_types,
+            backfill: !self.hadar_no_backfill,
+            ..HadarSettings::default()
+        }
+    }
 }
 
 fn parse_window(s: &str) -> Result<(u32, u32), String> {
@@ -177,6 +240,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             } else {
                 LpSolver::InteriorPoint
             },
+            hadar: args.hadar.settings(),
         },
         mixed_rate: if args.mixed_rate == "mean" {
             MixedRate::Mean
@@ -184,7 +248,16 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             MixedRate::Min
         },
         makespan_bound: !args.no_bound,
+        explain: args.explain.map(hadar_core::job::JobId),
     };
+    if let Some(j) = args.explain {
+        if j as usize >= workload.jobs().len() {
+            return Err(CliError::Usage(format!(
+                "--explain {j}: the trace has jobs 0..{}",
+                workload.jobs().len()
+            )));
+        }
+    }
     let experiment = Experiment::new(workload.clone(), settings)?;
     let results = run_policies(&experiment, &kinds, !args.json)?;
     if let Some(dir) = &args.out {
@@ -197,6 +270,9 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
         println!("{text}");
     } else {
         print_table(&experiment, &source, &results);
+        if let Some(j) = args.explain {
+            print_explanations(j, &results);
+        }
         if let Some(dir) = &args.out {
             println!(
                 "\nwrote per-job CSVs, summary.json and plots to {}",
@@ -314,6 +390,21 @@ fn print_table(experiment: &Experiment, source: &str, results: &[RunResult]) {
         ]);
     }
     print!("{}", t.render());
+}
+
+fn print_explanations(job: u32, results: &[RunResult]) {
+    for r in results {
+        println!("\nwhy job {job} ran or waited under {}:", r.summary.policy);
+        if r.explanations.is_empty() {
+            println!(
+                "  ({} does not explain its decisions; try --policy hadar)",
+                r.summary.policy
+            );
+        }
+        for line in &r.explanations {
+            println!("  {line}");
+        }
+    }
 }
 
 fn write_outputs(dir: &Path, results: &[RunResult]) -> Result<(), CliError> {

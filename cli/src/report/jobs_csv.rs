@@ -166,6 +166,7 @@ mod tests {
             rounds: Vec::new(),
             spans: Vec::new(),
             decisions: Vec::new(),
+            explanations: Vec::new(),
         }
     }
 

@@ -743,6 +743,7 @@ mod tests {
                 span(2, 3, 1800.0, 1801.0),
             ],
             decisions: Vec::new(),
+            explanations: Vec::new(),
         }
     }
 

@@ -5,6 +5,8 @@
 //! returns tasks; the round loop hands them to a backend.
 
 pub mod gavel;
+pub mod gpus;
+pub mod hadar;
 
 use std::fmt;
 
@@ -52,6 +54,17 @@ pub trait Scheduler {
     fn name(&self) -> &str;
     /// Plans one round.
     fn plan(&mut self, ctx: &RoundContext<'_>) -> Result<Decision>;
+
+    /// Starts recording why `job` runs where it runs, or waits, each round.
+    /// Schedulers that cannot explain ignore it.
+    fn explain(&mut self, job: JobId) {
+        let _ = job;
+    }
+
+    /// What was recorded, one line per round.
+    fn explanations(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The policies `hadar` knows, by canonical name.
@@ -73,11 +86,17 @@ pub enum PolicyKind {
     FifoPerf,
     /// First come, first served, random type.
     Fifo,
+    /// Hadar, aimed at average JCT.
+    Hadar,
+    /// Hadar, aimed at makespan (the paper's "total time duration").
+    HadarMakespan,
 }
 
 impl PolicyKind {
     /// Every policy, in the order tables list them.
-    pub const ALL: [PolicyKind; 8] = [
+    pub const ALL: [PolicyKind; 10] = [
+        Self::Hadar,
+        Self::HadarMakespan,
         Self::MaxMinFairnessPerf,
         Self::MinTotalDurationPerf,
         Self::FinishTimeFairnessPerf,
@@ -99,7 +118,14 @@ impl PolicyKind {
             Self::FinishTimeFairness => "finish_time_fairness",
             Self::FifoPerf => "fifo_perf",
             Self::Fifo => "fifo",
+            Self::Hadar => "hadar",
+            Self::HadarMakespan => "hadar:makespan",
         }
+    }
+
+    /// Whether this is one of Gavel's policies (reimplemented as a baseline).
+    pub fn is_gavel(self) -> bool {
+        !matches!(self, Self::Hadar | Self::HadarMakespan)
     }
 
     /// One line for `hadar policies`.
@@ -124,6 +150,10 @@ impl PolicyKind {
                 "first come, first served on the fastest free GPU type, no preemption"
             }
             Self::Fifo => "first come, first served on a random GPU type, no preemption",
+            Self::Hadar => {
+                "Hadar (online primal-dual, task-level heterogeneity), utility aimed at average JCT"
+            }
+            Self::HadarMakespan => "Hadar with the makespan utility (total time duration)",
         }
     }
 
@@ -139,6 +169,8 @@ impl PolicyKind {
             "finish_time_fairness" | "themis" => Self::FinishTimeFairness,
             "fifo_perf" => Self::FifoPerf,
             "fifo" => Self::Fifo,
+            "hadar" | "hadar:jct" => Self::Hadar,
+            "hadar:makespan" => Self::HadarMakespan,
             _ => {
                 let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
                 return Err(Error::setting(
@@ -167,6 +199,8 @@ pub struct SchedulerSettings {
     pub seed: u64,
     /// Which LP solver the allocation policies use.
     pub solver: crate::lp::LpSolver,
+    /// Hadar's settings (its utility is set by the policy name).
+    pub hadar: hadar::HadarSettings,
 }
 
 impl Default for SchedulerSettings {
@@ -175,6 +209,7 @@ impl Default for SchedulerSettings {
             realloc_interval_s: 1920.0,
             seed: 0,
             solver: crate::lp::LpSolver::InteriorPoint,
+            hadar: hadar::HadarSettings::default(),
         }
     }
 }
@@ -185,7 +220,16 @@ pub fn build(
     workload: &Workload,
     settings: &SchedulerSettings,
 ) -> Result<Box<dyn Scheduler>> {
-    Ok(Box::new(gavel::GavelScheduler::new(
-        kind, workload, settings,
-    )?))
+    let hadar_with = |utility| {
+        let s = hadar::HadarSettings {
+            utility,
+            ..settings.hadar.clone()
+        };
+        hadar::HadarScheduler::new(kind.name(), workload, s)
+    };
+    Ok(match kind {
+        PolicyKind::Hadar => Box::new(hadar_with(hadar::Utility::Jct)?),
+        PolicyKind::HadarMakespan => Box::new(hadar_with(hadar::Utility::Makespan)?),
+        _ => Box::new(gavel::GavelScheduler::new(kind, workload, settings)?),
+    })
 }

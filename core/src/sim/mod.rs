@@ -29,6 +29,8 @@ pub struct SimSettings {
     pub mixed_rate: MixedRate,
     /// Whether to compute the LP makespan bound (an LP over the measured jobs).
     pub makespan_bound: bool,
+    /// Record why this job ran where it ran, or waited, in every round.
+    pub explain: Option<crate::job::JobId>,
 }
 
 impl Default for SimSettings {
@@ -39,6 +41,7 @@ impl Default for SimSettings {
             scheduler: SchedulerSettings::default(),
             mixed_rate: MixedRate::Min,
             makespan_bound: true,
+            explain: None,
         }
     }
 }
@@ -114,6 +117,9 @@ impl Experiment {
         let started = Instant::now();
         let w = &*self.workload;
         let mut scheduler = build(policy, w, &self.settings.scheduler)?;
+        if let Some(job) = self.settings.explain {
+            scheduler.explain(job);
+        }
         let mut backend = SimBackend::new(self.workload.clone(), self.settings.mixed_rate);
         let loop_settings = LoopSettings {
             round_s: self.settings.round_s,
@@ -126,7 +132,9 @@ impl Experiment {
             &loop_settings,
             progress,
         )?;
-        Ok(self.result(policy.name(), outcome, started.elapsed().as_secs_f64()))
+        let mut result = self.result(policy.name(), outcome, started.elapsed().as_secs_f64());
+        result.explanations = scheduler.explanations();
+        Ok(result)
     }
 
     fn result(&self, policy: &str, out: LoopOutcome, wall_s: f64) -> RunResult {
@@ -202,6 +210,7 @@ impl Experiment {
             rounds: out.rounds,
             spans: out.spans,
             decisions: out.decisions,
+            explanations: Vec::new(),
         }
     }
 

@@ -1,0 +1,714 @@
+//! Hadar: an online primal-dual scheduler aware of heterogeneity at the
+//! level of single tasks (one job's workers may sit on different GPU types).
+//!
+//! Our reading of the paper (only its abstract is public) is in
+//! `docs/algorithm.md`. Each round boundary:
+//!
+//! 1. Prices start fresh for every type and future round of the horizon.
+//! 2. Active jobs are taken in an order (`JobOrder`); for each, the dual
+//!    subroutine ([`subroutine::options`]) finds its best schedule over the
+//!    coming rounds: the bottleneck type and GPU-rounds that minimize its
+//!    utility's loss plus the price of the GPU-time used.
+//! 3. If the payoff passes admission, the schedule is committed (prices of
+//!    what it uses rise); otherwise the job waits this round.
+//! 4. Only the first round of the committed schedules runs; the next round
+//!    plans again from measured progress.
+
+pub mod prices;
+pub mod subroutine;
+pub mod utility;
+
+use std::collections::HashMap;
+
+use crate::bounds::{fluid_makespan, FluidJob};
+use crate::cluster::GpuId;
+use crate::error::{Error, Result};
+use crate::job::JobId;
+use crate::plan::Task;
+use crate::scheduler::gpus::GpuPicker;
+use crate::scheduler::{Decision, RoundContext, Scheduler};
+use crate::workload::Workload;
+
+use prices::PriceGrid;
+use subroutine::{Context, JobView, Option_, Scratch};
+pub use utility::Utility;
+
+/// The order in which jobs meet the prices (earlier jobs see lower prices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobOrder {
+    /// Shortest remaining time (alone on its fastest type) over weight first,
+    /// aged by the time the job has waited.
+    ShortestFirst,
+    /// Longest remaining time first (for makespan).
+    LongestFirst,
+    /// Arrival order.
+    Arrival,
+}
+
+impl JobOrder {
+    /// The setting's value name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ShortestFirst => "shortest",
+            Self::LongestFirst => "longest",
+            Self::Arrival => "arrival",
+        }
+    }
+}
+
+/// Hadar's settings (see `docs/algorithm.md` for how each default was chosen).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HadarSettings {
+    /// The utility optimized.
+    pub utility: Utility,
+    /// Job order; `None`: shortest-first for JCT, longest-first for makespan.
+    pub order: Option<JobOrder>,
+    /// Rounds planned ahead.
+    pub horizon_rounds: usize,
+    /// Price of an idle GPU-second of the fastest type, in seconds of loss
+    /// (other types in proportion to their mean speed).
+    pub price_base: f64,
+    /// How much a fully committed type costs over an idle one (`U / L`).
+    pub price_ratio: f64,
+    /// Aging for the shortest-first order: a job that has waited this long
+    /// counts as half as long (starvation guard). 0 turns aging off.
+    pub aging_s: f64,
+    /// Admission: a job runs only if its loss plus cost is at most this many
+    /// times the loss of finishing alone on its fastest type from now.
+    pub admission: f64,
+    /// Whether a gang may span GPU types (task-level heterogeneity).
+    pub mixed_types: bool,
+    /// Work-conserving backfill: after planning, GPUs still free this round
+    /// go to waiting jobs, in order (their plans are redone next round anyway).
+    pub backfill: bool,
+}
+
+impl Default for HadarSettings {
+    fn default() -> Self {
+        Self {
+            utility: Utility::Jct,
+            order: None,
+            horizon_rounds: 64,
+            price_base: 1.0,
+            price_ratio: 4.0,
+            aging_s: 0.0,
+            admission: f64::INFINITY,
+            mixed_types: true,
+            backfill: true,
+        }
+    }
+}
+
+/// Why a job ran where it ran, or waited, in one round (for `hadar explain`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    /// Round number.
+    pub round: u64,
+    /// Round start (s).
+    pub now_s: f64,
+    /// The job.
+    pub job: JobId,
+    /// Its place in this round's order (0: first), of how many.
+    pub position: (usize, usize),
+    /// Idle-GPU price per second of each type, and the price this job saw
+    /// in the first round (after the jobs before it committed).
+    pub prices: Vec<(f64, f64)>,
+    /// Free GPUs of each type in the first round when the job was considered.
+    pub free_now: Vec<u32>,
+    /// Every schedule considered, best first.
+    pub options: Vec<Option_>,
+    /// The admission limit on loss plus cost.
+    pub admission_limit: f64,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// The decision for one job in one round.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// It runs this round on these GPUs.
+    Ran(Vec<GpuId>),
+    /// Its plan started later, but GPUs left free this round were given to
+    /// it (work-conserving backfill).
+    Backfilled(Vec<GpuId>),
+    /// Its best schedule starts in a later round (no room now at a price worth it).
+    Later,
+    /// Its best payoff did not pass admission.
+    Refused,
+}
+
+/// The Hadar scheduler.
+#[derive(Debug)]
+pub struct HadarScheduler {
+    name: String,
+    settings: HadarSettings,
+    order: JobOrder,
+    picker: GpuPicker,
+    held: Vec<Vec<GpuId>>,
+    target_s: f64,
+    target_dirty: bool,
+    explain: Option<JobId>,
+    explanations: Vec<Explanation>,
+    scratch: Scratch,
+    type_names: Vec<String>,
+}
+
+impl HadarScheduler {
+    /// A scheduler over `workload`.
+    pub fn new(name: &str, workload: &Workload, settings: HadarSettings) -> Result<Self> {
+        if settings.horizon_rounds == 0 {
+            return Err(Error::setting("horizon_rounds", "must be at least 1"));
+        }
+        if !(settings.price_ratio >= 1.0 && settings.price_ratio.is_finite()) {
+            return Err(Error::setting("price_ratio", "must be a number >= 1"));
+        }
+        if !(settings.price_base >= 0.0 && settings.price_base.is_finite()) {
+            return Err(Error::setting("price_base", "must be a number >= 0"));
+        }
+        if settings.aging_s < 0.0 || settings.aging_s.is_nan() {
+            return Err(Error::setting("aging_s", "must be seconds >= 0 (0: off)"));
+        }
+        if settings.admission.is_nan() || settings.admission < 1.0 {
+            return Err(Error::setting(
+                "admission",
+                "must be >= 1 (inf: admit every job)",
+            ));
+        }
+        let order = settings.order.unwrap_or(match settings.utility {
+            Utility::Jct => JobOrder::ShortestFirst,
+            Utility::Makespan => JobOrder::LongestFirst,
+        });
+        Ok(Self {
+            name: name.to_string(),
+            order,
+            picker: GpuPicker::new(workload.cluster()),
+            held: vec![Vec::new(); workload.jobs().len()],
+            target_s: 0.0,
+            target_dirty: true,
+            explain: None,
+            explanations: Vec::new(),
+            scratch: Scratch::default(),
+            type_names: workload.cluster().gpu_types().to_vec(),
+            settings,
+        })
+    }
+
+    /// The explanations recorded so far.
+    pub fn recorded(&self) -> &[Explanation] {
+        &self.explanations
+    }
+
+    /// Idle price per GPU-second of each type: `price_base` times the load
+    /// (active jobs per GPU: how many jobs a GPU-second delays) times the
+    /// type's mean speed relative to each job's fastest type.
+    fn base_prices(&self, w: &Workload, active: &[JobId]) -> Vec<f64> {
+        let k = w.cluster().gpu_types().len();
+        let mut speed = vec![0.0; k];
+        for &j in active {
+            let rates = w.rates_of(j.index());
+            let best = rates.iter().copied().fold(0.0, f64::max);
+            if best > 0.0 {
+                for (s, r) in speed.iter_mut().zip(rates) {
+                    *s += r / best;
+                }
+            }
+        }
+        let n = active.len().max(1) as f64;
+        let load = n / w.cluster().num_gpus().max(1) as f64;
+        speed
+            .iter()
+            .map(|s| self.settings.price_base * load * (s / n).max(1e-3))
+            .collect()
+    }
+
+    /// The makespan estimate: now plus the fluid bound on the remaining work,
+    /// recomputed when jobs arrive or finish.
+    fn target(&mut self, ctx: &RoundContext<'_>) -> Result<f64> {
+        if self.settings.utility != Utility::Makespan {
+            return Ok(0.0);
+        }
+        if self.target_dirty || !ctx.arrived.is_empty() || !ctx.completed.is_empty() {
+            let w = ctx.workload;
+            let jobs: Vec<FluidJob<'_>> = ctx
+                .state
+                .active
+                .iter()
+                .map(|&j| FluidJob {
+                    rates: w.rates_of(j.index()),
+                    gang: w.jobs()[j.index()].scale_factor,
+                    steps: ctx.state.remaining(w, j) as f64,
+                    arrival_s: 0.0,
+                })
+                .collect();
+            let counts = w.cluster().gpus_per_type();
+            self.target_s = ctx.now_s + fluid_makespan(&jobs, &counts)?;
+            self.target_dirty = false;
+        }
+        Ok(self.target_s)
+    }
+
+    fn order_jobs(&self, ctx: &RoundContext<'_>) -> Vec<JobId> {
+        let w = ctx.workload;
+        let mut keyed: Vec<(f64, JobId)> = ctx
+            .state
+            .active
+            .iter()
+            .map(|&j| {
+                let job = &w.jobs()[j.index()];
+                let best = w.rates_of(j.index()).iter().copied().fold(0.0, f64::max);
+                let left = ctx.state.remaining(w, j) as f64 / best.max(1e-12);
+                let key = match self.order {
+                    JobOrder::ShortestFirst => {
+                        let age = if self.settings.aging_s > 0.0 {
+                            1.0 + (ctx.now_s - job.arrival_s) / self.settings.aging_s
+                        } else {
+                            1.0
+                        };
+                        left / job.priority_weight / age
+                    }
+                    JobOrder::LongestFirst => -left * f64::from(job.scale_factor),
+                    JobOrder::Arrival => job.arrival_s,
+                };
+                (key, j)
+            })
+            .collect();
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        keyed.into_iter().map(|(_, j)| j).collect()
+    }
+}
+
+impl Scheduler for HadarScheduler {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn plan(&mut self, ctx: &RoundContext<'_>) -> Result<Decision> {
+        let w = ctx.workload;
+        let k = w.cluster().gpu_types().len();
+        for &j in ctx.completed {
+            self.held[j.index()].clear();
+        }
+        let target_s = self.target(ctx)?;
+        let order = self.order_jobs(ctx);
+        let base = self.base_prices(w, &ctx.state.active);
+        let mut grid = PriceGrid::new(
+            w.cluster().gpus_per_type(),
+            self.settings.horizon_rounds,
+            base.clone(),
+            self.settings.price_ratio,
+        );
+        let sub_ctx = Context {
+            now_s: ctx.now_s,
+            round_s: ctx.round_s,
+            target_s,
+            utility: self.settings.utility,
+            mixed: self.settings.mixed_types,
+        };
+        // Jobs that run now, with GPUs per type.
+        let mut now: Vec<(JobId, Vec<(usize, u32)>)> = Vec::new();
+        let mut pending_explanation = None;
+        for (pos, &j) in order.iter().enumerate() {
+            let job = &w.jobs()[j.index()];
+            let view = JobView {
+                rates: w.rates_of(j.index()),
+                gang: job.scale_factor,
+                remaining: ctx.state.remaining(w, j) as f64,
+                arrival_s: job.arrival_s,
+                weight: job.priority_weight,
+            };
+            let explaining = self.explain == Some(j);
+            let seen: Vec<f64> = if explaining {
+                (0..k).map(|t| grid.price(0, t)).collect()
+            } else {
+                Vec::new()
+            };
+            let free_now: Vec<u32> = if explaining {
+                (0..k).map(|t| grid.free(0, t)).collect()
+            } else {
+                Vec::new()
+            };
+            let options = subroutine::options(&view, &grid, &sub_ctx, &mut self.scratch);
+            let best_alone =
+                view.remaining / view.rates.iter().copied().fold(0.0, f64::max).max(1e-12);
+            let limit = self.settings.admission
+                * sub_ctx.utility.loss(
+                    view.weight,
+                    view.arrival_s,
+                    ctx.now_s + best_alone,
+                    target_s,
+                );
+            let chosen = options.first().filter(|o| o.score() <= limit);
+            let outcome = match chosen {
+                Some(o) => {
+                    subroutine::commit(&view, o, &mut grid, &sub_ctx, &mut self.scratch);
+                    if o.now.is_empty() {
+                        Outcome::Later
+                    } else {
+                        now.push((j, o.now.clone()));
+                        Outcome::Ran(Vec::new())
+                    }
+                }
+                None => Outcome::Refused,
+            };
+            if explaining {
+                pending_explanation = Some(Explanation {
+                    round: ctx.round,
+                    now_s: ctx.now_s,
+                    job: j,
+                    position: (pos, order.len()),
+                    prices: base.iter().copied().zip(seen).collect(),
+                    free_now,
+                    options,
+                    admission_limit: limit,
+                    outcome,
+                });
+            }
+        }
+        if self.settings.backfill {
+            let running: std::collections::HashSet<JobId> = now.iter().map(|(j, _)| *j).collect();
+            for &j in &order {
+                if running.contains(&j) {
+                    continue;
+                }
+                let job = &w.jobs()[j.index()];
+                let view = JobView {
+                    rates: w.rates_of(j.index()),
+                    gang: job.scale_factor,
+                    remaining: ctx.state.remaining(w, j) as f64,
+                    arrival_s: job.arrival_s,
+                    weight: job.priority_weight,
+                };
+                if let Some(take) = subroutine::backfill(
+                    &view,
+                    &mut grid,
+                    self.settings.mixed_types,
+                    &mut self.scratch,
+                ) {
+                    now.push((j, take));
+                    if let Some(e) = pending_explanation
+                        .as_mut()
+                        .filter(|e: &&mut Explanation| e.job == j)
+                    {
+                        e.outcome = Outcome::Backfilled(Vec::new());
+                    }
+                }
+            }
+        }
+        let tasks = self.assign(w, &now);
+        if let Some(mut e) = pending_explanation {
+            if let Outcome::Ran(gpus) | Outcome::Backfilled(gpus) = &mut e.outcome {
+                if let Some(t) = tasks.iter().find(|t| t.job == e.job) {
+                    gpus.clone_from(&t.gpus);
+                }
+            }
+            self.explanations.push(e);
+        }
+        Ok(Decision {
+            tasks,
+            solved: true,
+        })
+    }
+
+    fn explain(&mut self, job: JobId) {
+        self.explain = Some(job);
+    }
+
+    fn explanations(&self) -> Vec<String> {
+        self.explanations
+            .iter()
+            .map(|e| e.render(&self.type_names))
+            .collect()
+    }
+}
+
+impl Explanation {
+    /// One line for people: the decision, the prices it faced, the options;
+    /// `types` names the GPU types.
+    pub fn render(&self, types: &[String]) -> String {
+        let name = |t: usize| types.get(t).map_or("?", String::as_str);
+        let what = match &self.outcome {
+            Outcome::Ran(g) => format!("ran on GPUs {}", ids(g)),
+            Outcome::Backfilled(g) => format!("backfilled onto idle GPUs {}", ids(g)),
+            Outcome::Later => "waited: its best schedule starts in a later round".to_string(),
+            Outcome::Refused => "waited: no schedule passed admission".to_string(),
+        };
+        let prices: Vec<String> = self
+            .prices
+            .iter()
+            .zip(&self.free_now)
+            .enumerate()
+            .map(|(t, ((idle, seen), free))| {
+                format!("{} {seen:.3}/s (idle {idle:.3}, {free} free)", name(t))
+            })
+            .collect();
+        let options: Vec<String> = self
+            .options
+            .iter()
+            .take(3)
+            .map(|o| {
+                format!(
+                    "{}{} done {:.2} h, loss {:.0} + cost {:.0}",
+                    name(o.bottleneck),
+                    if o.only { " only" } else { "+faster" },
+                    o.completion_s / 3600.0,
+                    o.loss,
+                    o.cost
+                )
+            })
+            .collect();
+        format!(
+            "round {} t={:.2} h job {} ({} of {} in order): {what}; prices {}; best options: {}",
+            self.round,
+            self.now_s / 3600.0,
+            self.job,
+            self.position.0 + 1,
+            self.position.1,
+            prices.join(", "),
+            options.join("; ")
+        )
+    }
+}
+
+fn ids(gpus: &[GpuId]) -> String {
+    let v: Vec<String> = gpus.iter().map(|g| g.0.to_string()).collect();
+    v.join(",")
+}
+
+impl HadarScheduler {
+    /// Concrete GPUs for the jobs that run now: a job whose allocation by type
+    /// is unchanged keeps its GPUs (no restart); others take free GPUs of
+    /// those types, on as few nodes as possible.
+    fn assign(&mut self, w: &Workload, now: &[(JobId, Vec<(usize, u32)>)]) -> Vec<Task> {
+        let cluster = w.cluster();
+        self.picker.reset();
+        let mut tasks = Vec::with_capacity(now.len());
+        let mut rest = Vec::new();
+        for (j, alloc) in now {
+            let prev = &self.held[j.index()];
+            if !prev.is_empty()
+                && same_types(cluster, prev, alloc)
+                && prev.iter().all(|&g| self.picker.is_free(g))
+            {
+                self.picker.take(cluster, prev);
+                tasks.push(Task {
+                    job: *j,
+                    copy: 0,
+                    gpus: prev.clone(),
+                });
+            } else {
+                rest.push((*j, alloc));
+            }
+        }
+        // Larger gangs first: they need the consolidated holes.
+        rest.sort_by_key(|(j, _)| std::cmp::Reverse(w.jobs()[j.index()].scale_factor));
+        for (j, alloc) in rest {
+            let mut gpus = Vec::new();
+            for &(ty, n) in alloc.iter() {
+                gpus.extend(self.picker.pick(cluster, ty, n as usize));
+            }
+            self.held[j.index()].clone_from(&gpus);
+            tasks.push(Task {
+                job: j,
+                copy: 0,
+                gpus,
+            });
+        }
+        tasks
+    }
+}
+
+fn same_types(cluster: &crate::cluster::Cluster, gpus: &[GpuId], alloc: &[(usize, u32)]) -> bool {
+    let mut counts: HashMap<usize, u32> = HashMap::new();
+    for &g in gpus {
+        *counts.entry(cluster.gpu(g).gpu_type.index()).or_default() += 1;
+    }
+    alloc.len() == counts.len() && alloc.iter().all(|(t, n)| counts.get(t) == Some(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::subroutine::{options, Context, JobView, Scratch};
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::job::{Job, Launch};
+    use crate::state::{JobsState, Phase};
+    use crate::throughput::ThroughputTable;
+
+    /// Two types, `fast` (1 GPU) and `slow` (2 GPUs); three single-GPU jobs:
+    /// `a` gains 4x on fast, `b` and `c` only 1.25x.
+    fn workload(steps: [u64; 3]) -> Workload {
+        let mut t = ThroughputTable::default();
+        t.set_isolated("a", 1, "fast", 4.0);
+        t.set_isolated("a", 1, "slow", 1.0);
+        for m in ["b", "c"] {
+            t.set_isolated(m, 1, "fast", 2.5);
+            t.set_isolated(m, 1, "slow", 2.0);
+        }
+        let jobs = ["a", "b", "c"]
+            .iter()
+            .zip(steps)
+            .enumerate()
+            .map(|(i, (m, s))| Job {
+                id: JobId(i as u32),
+                job_type: (*m).into(),
+                scale_factor: 1,
+                total_steps: s,
+                arrival_s: 0.0,
+                priority_weight: 1.0,
+                slo_s: None,
+                launch: Launch::default(),
+            })
+            .collect();
+        let cluster = Arc::new(Cluster::from_short_form("fast=1,slow=2", 1).unwrap());
+        Workload::new(jobs, cluster, Arc::new(t), "t").unwrap()
+    }
+
+    fn ctx() -> Context {
+        Context {
+            now_s: 0.0,
+            round_s: 100.0,
+            target_s: 0.0,
+            utility: Utility::Jct,
+            mixed: true,
+        }
+    }
+
+    #[test]
+    fn the_subroutine_weighs_waiting_for_a_fast_gpu_against_running_slow() {
+        let w = workload([800, 800, 800]);
+        // The fast GPU is committed for the next 2 rounds.
+        let mut grid = PriceGrid::new(vec![1, 2], 8, vec![0.0, 0.0], 16.0);
+        grid.commit(0, 0, 1);
+        grid.commit(1, 0, 1);
+        let job = JobView {
+            rates: w.rates_of(0),
+            gang: 1,
+            remaining: 800.0,
+            arrival_s: 0.0,
+            weight: 1.0,
+        };
+        let opts = options(&job, &grid, &ctx(), &mut Scratch::default());
+        // Bottleneck fast: waits 2 rounds, then 400 steps/round: done at 200 + 100 + 100 = 400 s.
+        // Bottleneck slow: slow now (100 steps/round) for 2 rounds, then fast (400/round):
+        // 200 steps by 200 s, 600 left -> 400 in round 2, 200 in round 3 at 4/s: 300 + 50 = 350 s.
+        let fast = opts.iter().find(|o| o.bottleneck == 0).unwrap();
+        let slow = opts.iter().find(|o| o.bottleneck == 1 && !o.only).unwrap();
+        assert!((fast.completion_s - 400.0).abs() < 1e-9, "{fast:?}");
+        assert!((slow.completion_s - 350.0).abs() < 1e-9, "{slow:?}");
+        // Slow only: 800 steps at 100/round: 800 s.
+        let slow_only = opts.iter().find(|o| o.bottleneck == 1 && o.only).unwrap();
+        assert!((slow_only.completion_s - 800.0).abs() < 1e-9);
+        // With free prices the loss decides: run on slow now, move later.
+        assert_eq!((opts[0].bottleneck, opts[0].only), (1, false));
+        assert_eq!(opts[0].now, vec![(1, 1)]);
+        assert!(fast.now.is_empty());
+    }
+
+    #[test]
+    fn prices_make_a_job_that_gains_little_leave_the_fast_gpu() {
+        let w = workload([500, 500, 500]);
+        // Idle prices: fast 1.0, slow 0.1 per GPU-second (in seconds of JCT).
+        let grid = PriceGrid::new(vec![1, 2], 8, vec![1.0, 0.1], 16.0);
+        let b = JobView {
+            rates: w.rates_of(1),
+            gang: 1,
+            remaining: 500.0,
+            arrival_s: 0.0,
+            weight: 1.0,
+        };
+        let opts = options(&b, &grid, &ctx(), &mut Scratch::default());
+        // A GPU is held for whole rounds (100 s). fast: 2 rounds, done at
+        // 200 s, cost 2 x 100 s x 1.0 = 200; slow only: 3 rounds, done at
+        // 250 s, cost 3 x 100 s x 0.1 = 30.
+        assert_eq!((opts[0].bottleneck, opts[0].only), (1, true), "{opts:?}");
+        assert!((opts[0].score() - 280.0).abs() < 1e-9);
+        let a = JobView {
+            rates: w.rates_of(0),
+            ..b
+        };
+        let opts = options(&a, &grid, &ctx(), &mut Scratch::default());
+        // a: fast, 2 rounds, done at 125 s, cost 200: 325; slow only, 5
+        // rounds, done at 500 s, cost 50: 550. a takes the fast GPU.
+        assert_eq!(opts[0].bottleneck, 0, "{opts:?}");
+        assert!((opts[0].score() - 325.0).abs() < 1e-9);
+    }
+
+    fn state(w: &Workload) -> JobsState {
+        let mut s = JobsState::new(w);
+        for (i, j) in s.jobs.iter_mut().enumerate() {
+            j.phase = Phase::Active;
+            s.active.push(JobId(i as u32));
+        }
+        s
+    }
+
+    fn plan(w: &Workload, settings: HadarSettings) -> (Vec<Task>, Vec<Explanation>) {
+        let mut h = HadarScheduler::new("hadar", w, settings).unwrap();
+        Scheduler::explain(&mut h, JobId(2));
+        let st = state(w);
+        let ctx = RoundContext {
+            workload: w,
+            state: &st,
+            now_s: 0.0,
+            round: 0,
+            round_s: 100.0,
+            arrived: &[],
+            completed: &[],
+            last_round: None,
+        };
+        let d = h.plan(&ctx).unwrap();
+        assert!(h.explanations()[0].contains("job 2 (3 of 3 in order)"));
+        (d.tasks, h.recorded().to_vec())
+    }
+
+    #[test]
+    fn shortest_first_gives_the_fast_gpu_to_the_job_that_gains_most_per_second() {
+        // a: 400 steps (100 s on fast), b: 300 (120 s), c: 3000 (1200 s).
+        let w = workload([400, 300, 3000]);
+        let (tasks, explained) = plan(&w, HadarSettings::default());
+        let on = |j: u32| {
+            tasks
+                .iter()
+                .find(|t| t.job == JobId(j))
+                .map(|t| w.cluster().gpu(t.gpus[0]).gpu_type.0)
+        };
+        // a is shortest: it takes the fast GPU; b and c run on slow GPUs.
+        assert_eq!(on(0), Some(0));
+        assert_eq!(on(1), Some(1));
+        assert_eq!(on(2), Some(1));
+        let e = &explained[0];
+        assert_eq!(e.position, (2, 3));
+        assert_eq!(e.free_now, vec![0, 1], "c saw one slow GPU left");
+        // c runs now, by its plan or by the backfill of the idle slow GPU.
+        assert!(matches!(
+            e.outcome,
+            Outcome::Ran(ref g) | Outcome::Backfilled(ref g) if g.len() == 1
+        ));
+    }
+
+    #[test]
+    fn admission_refuses_a_schedule_that_costs_too_much() {
+        let w = workload([400, 300, 3000]);
+        // A strict admission (loss + cost at most 1.05x finishing alone on
+        // the fastest type) with expensive GPUs: c, last in the order,
+        // cannot get the fast GPU and the slow one is too slow for it.
+        let settings = HadarSettings {
+            admission: 1.05,
+            backfill: false,
+            ..HadarSettings::default()
+        };
+        let (tasks, explained) = plan(&w, settings);
+        assert!(tasks.iter().all(|t| t.job != JobId(2)));
+        assert_eq!(explained[0].outcome, Outcome::Refused);
+        // With backfill, the idle slow GPU goes to it anyway.
+        let settings = HadarSettings {
+            admission: 1.05,
+            ..HadarSettings::default()
+        };
+        let (tasks, explained) = plan(&w, settings);
+        assert!(tasks.iter().any(|t| t.job == JobId(2)));
+        assert!(matches!(explained[0].outcome, Outcome::Backfilled(_)));
+    }
+}

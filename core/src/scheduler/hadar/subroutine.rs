@@ -1,0 +1,286 @@
+//! The dual subroutine: a job's best schedule over the coming rounds given
+//! the current prices, maximizing utility minus the price of what it uses.
+//!
+//! A schedule fixes a *bottleneck* type `b`: in each round the job's whole
+//! gang runs on GPUs of types at least as fast as `b` for this job, so it
+//! progresses at `b`'s rate (the slowest worker sets the pace of synchronous
+//! training). With the rate fixed, the earliest rounds with room are the
+//! best (utility does not increase with time and no round is cheaper for
+//! being later by construction of the walk), so no dynamic program over
+//! progress is needed: enumerating `b` enumerates the schedules.
+
+use super::prices::PriceGrid;
+use super::utility::Utility;
+
+/// What the subroutine needs to know about one job.
+#[derive(Debug, Clone, Copy)]
+pub struct JobView<'a> {
+    /// Steps/s of the whole gang on each type (0: cannot run there).
+    pub rates: &'a [f64],
+    /// Gang size.
+    pub gang: u32,
+    /// Steps left.
+    pub remaining: f64,
+    /// Arrival (s).
+    pub arrival_s: f64,
+    /// Priority weight.
+    pub weight: f64,
+}
+
+/// One candidate schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Option_ {
+    /// Bottleneck type: the slowest type the schedule uses.
+    pub bottleneck: usize,
+    /// Whether it uses the bottleneck type only (else also faster types,
+    /// the fastest with room in each round).
+    pub only: bool,
+    /// Expected completion (s).
+    pub completion_s: f64,
+    /// The utility's loss at that completion.
+    pub loss: f64,
+    /// Price of the GPU-time it uses.
+    pub cost: f64,
+    /// GPUs per type in the first round (empty: it would not run now).
+    pub now: Vec<(usize, u32)>,
+}
+
+impl Option_ {
+    /// Loss plus cost: lower is better (utility minus cost is a constant minus this).
+    pub fn score(&self) -> f64 {
+        self.loss + self.cost
+    }
+}
+
+/// A reusable scratch space, so that planning thousands of jobs allocates
+/// little per job.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    types_by_speed: Vec<usize>,
+    take: Vec<(usize, u32)>,
+}
+
+/// Settings the subroutine uses.
+#[derive(Debug, Clone, Copy)]
+pub struct Context {
+    /// Now (s).
+    pub now_s: f64,
+    /// Round length (s).
+    pub round_s: f64,
+    /// Makespan estimate for the makespan utility (s).
+    pub target_s: f64,
+    /// The utility.
+    pub utility: Utility,
+    /// Whether a gang may span several types (task-level heterogeneity).
+    pub mixed: bool,
+}
+
+/// Evaluates every bottleneck type for `job`; returns the options, best
+/// first. Nothing is committed: see [`commit`].
+pub fn options(
+    job: &JobView<'_>,
+    grid: &PriceGrid,
+    ctx: &Context,
+    scratch: &mut Scratch,
+) -> Vec<Option_> {
+    let k = job.rates.len();
+    scratch.types_by_speed.clear();
+    scratch
+        .types_by_speed
+        .extend((0..k).filter(|&w| job.rates[w] > 0.0));
+    scratch
+        .types_by_speed
+        .sort_by(|&a, &b| job.rates[b].total_cmp(&job.rates[a]));
+    let mut out = Vec::with_capacity(2 * scratch.types_by_speed.len());
+    for (bi, only) in (0..scratch.types_by_speed.len()).flat_map(|bi| [(bi, true), (bi, false)]) {
+        if !only && bi == 0 {
+            continue; // the fastest type has nothing faster: same as `only`
+        }
+        let b = scratch.types_by_speed[bi];
+        let rate = job.rates[b];
+        let mut remaining = job.remaining;
+        let mut cost = 0.0;
+        let mut last = None;
+        let mut now = Vec::new();
+        let mut t = 0;
+        while remaining > 0.0 && t < grid.horizon() {
+            let eligible = if only {
+                &scratch.types_by_speed[bi..=bi]
+            } else {
+                &scratch.types_by_speed[..=bi]
+            };
+            if let Some((c, r)) = take_gpus(grid, t, eligible, ctx.mixed, job, &mut scratch.take) {
+                cost += c * ctx.round_s;
+                let steps = (r * ctx.round_s).floor().max(1.0);
+                last = Some((t, remaining.min(steps), r));
+                remaining -= steps;
+                if t == 0 {
+                    now.clone_from(&scratch.take);
+                }
+            }
+            t += 1;
+        }
+        let completion_s = match last {
+            Some((t, steps, r)) if remaining <= 0.0 => {
+                // The last round ends when its steps are done.
+                ctx.now_s + t as f64 * ctx.round_s + steps / r
+            }
+            _ => {
+                // Beyond the horizon: assume it then runs without a break on
+                // its bottleneck type, at that type's idle price.
+                let extra = remaining / rate;
+                cost += extra * f64::from(job.gang) * grid.base(b);
+                ctx.now_s + grid.horizon() as f64 * ctx.round_s + extra
+            }
+        };
+        let loss = ctx
+            .utility
+            .loss(job.weight, job.arrival_s, completion_s, ctx.target_s);
+        out.push(Option_ {
+            bottleneck: b,
+            only,
+            completion_s,
+            loss,
+            cost,
+            now,
+        });
+    }
+    out.sort_by(|a, b| {
+        a.score()
+            .total_cmp(&b.score())
+            .then(a.completion_s.total_cmp(&b.completion_s))
+    });
+    out
+}
+
+/// Commits `option` (the walk of [`options`] again, this time raising the
+/// prices of what it takes).
+pub fn commit(
+    job: &JobView<'_>,
+    option: &Option_,
+    grid: &mut PriceGrid,
+    ctx: &Context,
+    scratch: &mut Scratch,
+) {
+    let b = option.bottleneck;
+    let k = job.rates.len();
+    scratch.types_by_speed.clear();
+    scratch
+        .types_by_speed
+        .extend((0..k).filter(|&w| job.rates[w] > 0.0));
+    scratch
+        .types_by_speed
+        .sort_by(|&x, &y| job.rates[y].total_cmp(&job.rates[x]));
+    let Some(bi) = scratch.types_by_speed.iter().position(|&w| w == b) else {
+        return;
+    };
+    let mut remaining = job.remaining;
+    let mut t = 0;
+    while remaining > 0.0 && t < grid.horizon() {
+        let eligible = if option.only {
+            &scratch.types_by_speed[bi..=bi]
+        } else {
+            &scratch.types_by_speed[..=bi]
+        };
+        if let Some((_, r)) = take_gpus(grid, t, eligible, ctx.mixed, job, &mut scratch.take) {
+            for &(w, n) in &scratch.take {
+                grid.commit(t, w, n);
+            }
+            remaining -= (r * ctx.round_s).floor().max(1.0);
+        }
+        t += 1;
+    }
+}
+
+/// Gives the job its gang in round 0 on whatever free GPUs it can use
+/// (fastest first), committing them: the work-conserving backfill after the
+/// planning pass, so that no GPU idles while a job could use it.
+pub fn backfill(
+    job: &JobView<'_>,
+    grid: &mut PriceGrid,
+    mixed: bool,
+    scratch: &mut Scratch,
+) -> Option<Vec<(usize, u32)>> {
+    let k = job.rates.len();
+    scratch.types_by_speed.clear();
+    scratch
+        .types_by_speed
+        .extend((0..k).filter(|&w| job.rates[w] > 0.0));
+    scratch
+        .types_by_speed
+        .sort_by(|&x, &y| job.rates[y].total_cmp(&job.rates[x]));
+    take_gpus(
+        grid,
+        0,
+        &scratch.types_by_speed,
+        mixed,
+        job,
+        &mut scratch.take,
+    )?;
+    for &(w, n) in &scratch.take {
+        grid.commit(0, w, n);
+    }
+    Some(scratch.take.clone())
+}
+
+/// The job's gang in round `t` on the fastest `eligible` type (sorted
+/// fastest first) with room for all of it; failing that, when mixing is
+/// allowed, spread over the fastest eligible types with free GPUs, running
+/// at the slowest one's rate. Returns the price per second and the rate, or
+/// `None` if the eligible types lack room.
+fn take_gpus(
+    grid: &PriceGrid,
+    t: usize,
+    eligible: &[usize],
+    mixed: bool,
+    job: &JobView<'_>,
+    take: &mut Vec<(usize, u32)>,
+) -> Option<(f64, f64)> {
+    take.clear();
+    let gang = job.gang;
+    if let Some(&w) = eligible.iter().find(|&&w| grid.free(t, w) >= gang) {
+        take.push((w, gang));
+        return Some((marginal_cost(grid, t, w, gang), job.rates[w]));
+    }
+    if !mixed {
+        return None;
+    }
+    let free_total: u32 = eligible.iter().map(|&w| grid.free(t, w)).sum();
+    if free_total < gang {
+        return None;
+    }
+    let mut left = gang;
+    let mut cost = 0.0;
+    let mut rate = f64::INFINITY;
+    for &w in eligible {
+        let n = grid.free(t, w).min(left);
+        if n > 0 {
+            cost += marginal_cost(grid, t, w, n);
+            rate = rate.min(job.rates[w]);
+            take.push((w, n));
+            left -= n;
+        }
+        if left == 0 {
+            break;
+        }
+    }
+    Some((cost, rate))
+}
+
+/// Price per second of taking `n` more GPUs of type `w` in round `t` (each
+/// at the price it would have when taken).
+fn marginal_cost(grid: &PriceGrid, t: usize, w: usize, n: u32) -> f64 {
+    // Sum of the geometric series of prices over the GPUs taken.
+    let p0 = grid.price(t, w);
+    if n == 1 {
+        return p0;
+    }
+    let mut sum = 0.0;
+    let mut p = p0;
+    let step = grid.price_step(w);
+    for _ in 0..n {
+        sum += p;
+        p *= step;
+    }
+    sum
+}
