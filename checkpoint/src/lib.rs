@@ -1,0 +1,1 @@
+//! Checkpoints: merging the copies of a forked (HadarE) job.
