@@ -50,6 +50,21 @@ pub struct FluidJob<'a> {
 /// The smallest end time `T` of the fluid relaxation described in the module
 /// docs, for `jobs` on a cluster with `counts[w]` GPUs of type `w`.
 pub fn fluid_makespan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<f64> {
+    fluid_plan(jobs, counts).map(|p| p.end_s)
+}
+
+/// The fluid relaxation's optimum: its end time and the seconds each job
+/// runs on each type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FluidPlan {
+    /// The smallest end time `T` (s).
+    pub end_s: f64,
+    /// `seconds[j * k + w]`: time job `j` runs as a gang on type `w`.
+    pub seconds: Vec<f64>,
+}
+
+/// Solves the fluid relaxation and returns its plan.
+pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
     let mut lp = Lp::new();
     let t_end = lp.nonneg();
     // a[j][w], only where the job can run.
@@ -104,7 +119,17 @@ pub fn fluid_makespan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<f64> {
         LpSolver::Simplex
     };
     let solution = lp.solve(t_end.into(), false, solver, "the makespan lower bound")?;
-    Ok(solution.value(t_end))
+    let k = counts.len();
+    let mut seconds = vec![0.0; jobs.len() * k];
+    for (j, row) in a.iter().enumerate() {
+        for &(w, v) in row {
+            seconds[j * k + w] = solution.value(v).max(0.0);
+        }
+    }
+    Ok(FluidPlan {
+        end_s: solution.value(t_end),
+        seconds,
+    })
 }
 
 /// Each job's JCT if it ran alone on its fastest type from its arrival.

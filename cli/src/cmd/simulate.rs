@@ -145,6 +145,10 @@ pub struct HadarArgs {
     /// times its loss alone on its fastest type (inf: admit all).
     #[arg(long, default_value_t = f64::INFINITY, value_name = "X")]
     pub hadar_admission: f64,
+    /// Makespan utility: aim at the fluid bound on the remaining work times
+    /// 1 + this slack.
+    #[arg(long, default_value_t = 0.0, value_name = "F")]
+    pub hadar_makespan_slack: f64,
     /// Keep each gang on one GPU type (turns task-level heterogeneity off).
     #[arg(long)]
     pub hadar_no_mixed_types: bool,
@@ -169,6 +173,7 @@ impl HadarArgs {
             admission: self.hadar_admission,
             mixed_types: !self.hadar_no_mixed_types,
             backfill: !self.hadar_no_backfill,
+            makespan_slack: self.hadar_makespan_slack,
             ..HadarSettings::default()
         }
     }

@@ -14,13 +14,13 @@
 //! 4. Only the first round of the committed schedules runs; the next round
 //!    plans again from measured progress.
 
+pub mod makespan;
 pub mod prices;
 pub mod subroutine;
 pub mod utility;
 
 use std::collections::HashMap;
 
-use crate::bounds::{fluid_makespan, FluidJob};
 use crate::cluster::GpuId;
 use crate::error::{Error, Result};
 use crate::job::JobId;
@@ -78,6 +78,9 @@ pub struct HadarSettings {
     pub admission: f64,
     /// Whether a gang may span GPU types (task-level heterogeneity).
     pub mixed_types: bool,
+    /// Makespan utility: the target is the fluid bound on the remaining work
+    /// times `1 + makespan_slack` (the bound itself is rarely reachable).
+    pub makespan_slack: f64,
     /// Work-conserving backfill: after planning, GPUs still free this round
     /// go to waiting jobs, in order (their plans are redone next round anyway).
     pub backfill: bool,
@@ -94,6 +97,7 @@ impl Default for HadarSettings {
             aging_s: 0.0,
             admission: f64::INFINITY,
             mixed_types: true,
+            makespan_slack: 0.0,
             backfill: true,
         }
     }
@@ -145,8 +149,7 @@ pub struct HadarScheduler {
     order: JobOrder,
     picker: GpuPicker,
     held: Vec<Vec<GpuId>>,
-    target_s: f64,
-    target_dirty: bool,
+    makespan: makespan::MakespanPlan,
     explain: Option<JobId>,
     explanations: Vec<Explanation>,
     scratch: Scratch,
@@ -183,8 +186,7 @@ impl HadarScheduler {
             order,
             picker: GpuPicker::new(workload.cluster()),
             held: vec![Vec::new(); workload.jobs().len()],
-            target_s: 0.0,
-            target_dirty: true,
+            makespan: makespan::MakespanPlan::default(),
             explain: None,
             explanations: Vec::new(),
             scratch: Scratch::default(),
@@ -219,32 +221,6 @@ impl HadarScheduler {
             .iter()
             .map(|s| self.settings.price_base * load * (s / n).max(1e-3))
             .collect()
-    }
-
-    /// The makespan estimate: now plus the fluid bound on the remaining work,
-    /// recomputed when jobs arrive or finish.
-    fn target(&mut self, ctx: &RoundContext<'_>) -> Result<f64> {
-        if self.settings.utility != Utility::Makespan {
-            return Ok(0.0);
-        }
-        if self.target_dirty || !ctx.arrived.is_empty() || !ctx.completed.is_empty() {
-            let w = ctx.workload;
-            let jobs: Vec<FluidJob<'_>> = ctx
-                .state
-                .active
-                .iter()
-                .map(|&j| FluidJob {
-                    rates: w.rates_of(j.index()),
-                    gang: w.jobs()[j.index()].scale_factor,
-                    steps: ctx.state.remaining(w, j) as f64,
-                    arrival_s: 0.0,
-                })
-                .collect();
-            let counts = w.cluster().gpus_per_type();
-            self.target_s = ctx.now_s + fluid_makespan(&jobs, &counts)?;
-            self.target_dirty = false;
-        }
-        Ok(self.target_s)
     }
 
     fn order_jobs(&self, ctx: &RoundContext<'_>) -> Vec<JobId> {
@@ -288,7 +264,16 @@ impl Scheduler for HadarScheduler {
         for &j in ctx.completed {
             self.held[j.index()].clear();
         }
-        let target_s = self.target(ctx)?;
+        if self.settings.utility == Utility::Makespan {
+            self.makespan.update(ctx, self.settings.makespan_slack)?;
+            let now = self.makespan.round(ctx, self.settings.backfill);
+            let tasks = self.assign(w, &now);
+            return Ok(Decision {
+                tasks,
+                solved: true,
+            });
+        }
+        let target_s = 0.0;
         let order = self.order_jobs(ctx);
         let base = self.base_prices(w, &ctx.state.active);
         let mut grid = PriceGrid::new(

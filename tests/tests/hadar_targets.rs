@@ -1,0 +1,53 @@
+//! Hadar against the bar on Gavel's static runs A and B (4:4:4): regression
+//! tests for the results in docs/algorithm.md.
+
+use hadar_core::reproduce::{gavel_runs, workload_of};
+use hadar_core::scheduler::PolicyKind;
+use hadar_core::sim::{Experiment, SimSettings};
+
+fn run(label: &str, policy: PolicyKind) -> hadar_core::metrics::Summary {
+    let runs = gavel_runs().expect("embedded results");
+    let r = runs.iter().find(|r| r.run == label).expect("run");
+    let exp = Experiment::new(workload_of(r).expect("workload"), SimSettings::default())
+        .expect("experiment");
+    exp.run(policy, &mut |_| {}).expect("simulation").summary
+}
+
+/// The best mean JCT any Gavel policy printed on a run (Gavel's own numbers,
+/// every policy it ran, AlloX and Gandiva included).
+fn gavel_best_jct(label: &str) -> f64 {
+    gavel_runs()
+        .expect("embedded results")
+        .iter()
+        .filter(|r| r.run == label && r.trace.starts_with("static"))
+        .map(|r| r.avg_jct_s)
+        .fold(f64::INFINITY, f64::min)
+}
+
+#[test]
+fn makespan_utility_is_within_three_percent_of_the_lp_bound() {
+    for label in ["A", "B"] {
+        let s = run(label, PolicyKind::HadarMakespan);
+        let ratio = s.makespan_over_bound.expect("bound computed");
+        assert!(
+            ratio <= 1.03,
+            "run {label}: makespan {ratio:.3}x the LP bound"
+        );
+        assert_eq!(s.jobs_completed, 100);
+    }
+}
+
+#[test]
+fn jct_utility_beats_every_gavel_policy() {
+    for label in ["A", "B"] {
+        let s = run(label, PolicyKind::Hadar);
+        let best = gavel_best_jct(label);
+        assert!(
+            s.avg_jct_s < best,
+            "run {label}: Hadar {:.2} h, Gavel's best {:.2} h",
+            s.avg_jct_s / 3600.0,
+            best / 3600.0
+        );
+        assert_eq!(s.jobs_completed, 100);
+    }
+}
