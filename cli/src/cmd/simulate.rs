@@ -9,6 +9,7 @@ use hadar_core::lp::LpSolver;
 use hadar_core::metrics::RunResult;
 use hadar_core::plan::MixedRate;
 use hadar_core::reproduce::embedded_trace;
+use hadar_core::scheduler::hadar::HadarSettings;
 use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
 use hadar_core::sim::{Experiment, SimSettings};
 use hadar_core::throughput::ThroughputTable;
@@ -126,28 +127,28 @@ pub struct SimulateArgs {
 #[command(next_help_heading = "Hadar settings")]
 pub struct HadarArgs {
     /// Rounds Hadar plans ahead.
-    #[arg(long, default_value_t = 64, value_name = "ROUNDS")]
+    #[arg(long, default_value_t = HadarSettings::default().horizon_rounds, value_name = "ROUNDS")]
     pub hadar_horizon: usize,
     /// Price of an idle GPU-second of the fastest type, per active job per GPU.
-    #[arg(long, default_value_t = 1.0, value_name = "P")]
+    #[arg(long, default_value_t = HadarSettings::default().price_base, value_name = "P")]
     pub hadar_price_base: f64,
     /// How much more a fully committed GPU type costs than an idle one.
-    #[arg(long, default_value_t = 4.0, value_name = "R")]
+    #[arg(long, default_value_t = HadarSettings::default().price_ratio, value_name = "R")]
     pub hadar_price_ratio: f64,
     /// Order in which jobs meet the prices: shortest, longest, arrival
     /// (default: shortest for hadar, longest for hadar:makespan).
     #[arg(long, value_parser = ["shortest", "longest", "arrival"])]
     pub hadar_order: Option<String>,
     /// Aging of the shortest-first order in seconds (0: off).
-    #[arg(long, default_value_t = 0.0, value_name = "S")]
+    #[arg(long, default_value_t = HadarSettings::default().aging_s, value_name = "S")]
     pub hadar_aging: f64,
     /// Admission: run a job only if its loss plus cost is at most this many
     /// times its loss alone on its fastest type (inf: admit all).
-    #[arg(long, default_value_t = f64::INFINITY, value_name = "X")]
+    #[arg(long, default_value_t = HadarSettings::default().admission, value_name = "X")]
     pub hadar_admission: f64,
     /// Makespan utility: aim at the fluid bound on the remaining work times
     /// 1 + this slack.
-    #[arg(long, default_value_t = 0.0, value_name = "F")]
+    #[arg(long, default_value_t = HadarSettings::default().makespan_slack, value_name = "F")]
     pub hadar_makespan_slack: f64,
     /// Keep each gang on one GPU type (turns task-level heterogeneity off).
     #[arg(long)]
@@ -158,8 +159,8 @@ pub struct HadarArgs {
 }
 
 impl HadarArgs {
-    fn settings(&self) -> hadar_core::scheduler::hadar::HadarSettings {
-        use hadar_core::scheduler::hadar::{HadarSettings, JobOrder};
+    fn settings(&self) -> HadarSettings {
+        use hadar_core::scheduler::hadar::JobOrder;
         HadarSettings {
             horizon_rounds: self.hadar_horizon,
             price_base: self.hadar_price_base,
