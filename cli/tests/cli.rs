@@ -26,7 +26,7 @@ fn simulate_with_no_arguments_prints_the_comparison() {
     for needle in [
         "static_100jobs_multigpu_seed0.trace (embedded): 100 jobs",
         "v100=4,p100=4,k80=4",
-        "makespan >= 41.64 h (LP)",
+        "makespan >= 41.64 h (LP, gangs)",
         "max_min_fairness_perf",
         "min_total_duration_perf",
         "finish_time_fairness_perf",

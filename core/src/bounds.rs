@@ -132,6 +132,73 @@ pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
     })
 }
 
+/// The lower bound for forked jobs (HadarE): a job may run on any number of
+/// GPUs at once, each GPU at the job's best rate per GPU (its single-GPU
+/// rate when scaling is sublinear, as in Gavel's table). An LP over
+/// GPU-seconds: `sum_w rate[j,w] g[j,w] >= steps_j`, `sum_j g[j,w] <= GPUs_w
+/// (T - t0)` for the jobs arriving at or after each breakpoint `t0`. Valid
+/// for gangs and copies alike, for a copy efficiency of at most 1.
+pub fn forked_makespan_lower_bound(workload: &Workload) -> Result<f64> {
+    let cluster = workload.cluster();
+    let counts = cluster.gpus_per_type();
+    let mut lp = Lp::new();
+    let t_end = lp.nonneg();
+    let jobs = workload.jobs();
+    let mut g: Vec<Vec<(usize, good_lp::Variable)>> = Vec::with_capacity(jobs.len());
+    for (j, job) in jobs.iter().enumerate() {
+        let mut row = Vec::new();
+        let mut work = Expression::from(0.0);
+        for (w, &count) in counts.iter().enumerate() {
+            let ty = crate::cluster::GpuTypeId(w as u16);
+            // The best steps per GPU-second of any copy size or the gang.
+            let per_gpu = (1..=job.scale_factor)
+                .filter_map(|g| workload.rate_at(j, g, ty).map(|r| r / f64::from(g)))
+                .fold(workload.rate(j, ty) / f64::from(job.scale_factor), f64::max);
+            if per_gpu > 0.0 && count > 0 {
+                let v = lp.nonneg();
+                work.add_mul(per_gpu, v);
+                row.push((w, v));
+            }
+        }
+        lp.ge(work, job.total_steps as f64);
+        g.push(row);
+    }
+    let mut arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
+    arrivals.sort_by(f64::total_cmp);
+    arrivals.dedup();
+    let step = arrivals.len().div_ceil(ARRIVAL_BREAKPOINTS).max(1);
+    for &t0 in arrivals.iter().step_by(step) {
+        for (w, &count) in counts.iter().enumerate() {
+            let mut used = Expression::from(0.0);
+            for (job, row) in jobs.iter().zip(&g) {
+                if job.arrival_s >= t0 {
+                    for &(ww, v) in row {
+                        if ww == w {
+                            used.add_mul(1.0, v);
+                        }
+                    }
+                }
+            }
+            used.add_mul(-f64::from(count), t_end);
+            lp.le(used, -f64::from(count) * t0);
+        }
+    }
+    // No job finishes before it arrives; with any number of GPUs at once,
+    // that is the only per-job limit.
+    for job in jobs {
+        let mut e = Expression::from(0.0);
+        e.add_mul(1.0, t_end);
+        lp.ge(e, job.arrival_s);
+    }
+    let solver = if jobs.len() > 300 {
+        LpSolver::InteriorPoint
+    } else {
+        LpSolver::Simplex
+    };
+    let solution = lp.solve(t_end.into(), false, solver, "the forked-job lower bound")?;
+    Ok(solution.value(t_end))
+}
+
 /// Each job's JCT if it ran alone on its fastest type from its arrival.
 pub fn isolated_jct(workload: &Workload, job: usize) -> f64 {
     let best = workload.rates_of(job).iter().copied().fold(0.0, f64::max);

@@ -256,12 +256,40 @@ fn extend_span(
 /// copy into something the table cannot rate.
 fn check_plan(workload: &Workload, plan: &RoundPlan, policy: &str) -> Result<()> {
     let mut used = vec![false; workload.cluster().num_gpus()];
+    let forked_jobs: std::collections::HashSet<JobId> = plan
+        .tasks
+        .iter()
+        .filter(|t| t.copy > 0)
+        .map(|t| t.job)
+        .collect();
     for t in &plan.tasks {
         if t.gpus.is_empty() {
             return Err(internal(
                 policy,
                 format!("job {} got a task with no GPU", t.job),
             ));
+        }
+        // A gang gets all its workers or none. A copy of a forked job
+        // (HadarE) is a replica on one node with up to its gang of GPUs.
+        let gang = workload.jobs()[t.job.index()].scale_factor as usize;
+        if !forked_jobs.contains(&t.job) && t.gpus.len() != gang {
+            return Err(internal(
+                policy,
+                format!("job {} (gang of {gang}) got {} GPUs", t.job, t.gpus.len()),
+            ));
+        }
+        if t.copy > 0 {
+            let cluster = workload.cluster();
+            let node = cluster.gpu(t.gpus[0]).node;
+            if t.gpus.len() > gang || t.gpus.iter().any(|&g| cluster.gpu(g).node != node) {
+                return Err(internal(
+                    policy,
+                    format!(
+                        "copy {} of job {} is not on one node within its gang",
+                        t.copy, t.job
+                    ),
+                ));
+            }
         }
         for &g in &t.gpus {
             if std::mem::replace(&mut used[g.index()], true) {

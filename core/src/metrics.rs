@@ -98,7 +98,9 @@ pub struct Summary {
     pub jobs_measured: usize,
     /// LP lower bound on the makespan (s), when computed.
     pub lower_bound_s: Option<f64>,
-    /// makespan / lower bound.
+    /// LP lower bound on the makespan of forked jobs (HadarE's model), when computed.
+    pub forked_lower_bound_s: Option<f64>,
+    /// makespan / lower bound (the forked-job bound for HadarE policies).
     pub makespan_over_bound: Option<f64>,
     /// No-queueing lower bound on the mean JCT (s).
     pub jct_lower_bound_s: f64,

@@ -51,3 +51,33 @@ fn jct_utility_beats_every_gavel_policy() {
         assert_eq!(s.jobs_completed, 100);
     }
 }
+
+/// HadarE on Gavel's physical makespan trace (8 V100 + 16 P100 + 24 K80):
+/// at least 1.2x shorter than Gavel's best makespan there (17.40 h).
+#[test]
+fn hadare_beats_gavels_best_makespan_on_the_physical_trace() {
+    let runs = gavel_runs().expect("embedded results");
+    let gavel = runs
+        .iter()
+        .filter(|r| r.trace == "minimize_makespan.trace")
+        .map(|r| r.makespan_s)
+        .fold(f64::INFINITY, f64::min);
+    let r = runs
+        .iter()
+        .find(|r| r.trace == "minimize_makespan.trace")
+        .expect("run H");
+    let exp = Experiment::new(workload_of(r).expect("workload"), SimSettings::default())
+        .expect("experiment");
+    let s = exp
+        .run(PolicyKind::HadarEMakespan, &mut |_| {})
+        .expect("simulation")
+        .summary;
+    assert!(
+        gavel / s.makespan_s >= 1.2,
+        "HadarE {:.2} h against Gavel's {:.2} h",
+        s.makespan_s / 3600.0,
+        gavel / 3600.0
+    );
+    // And it respects the forked-job bound.
+    assert!(s.makespan_s >= s.forked_lower_bound_s.expect("bound") * (1.0 - 1e-9));
+}

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use hadar_core::bounds::{isolated_jct, makespan_lower_bound};
+use hadar_core::bounds::{forked_makespan_lower_bound, isolated_jct, makespan_lower_bound};
 use hadar_core::cluster::Cluster;
 use hadar_core::job::{Job, JobId, Launch};
 use hadar_core::scheduler::PolicyKind;
@@ -96,6 +96,8 @@ proptest! {
     fn schedules_are_feasible_and_complete((counts, jobs) in workload_strategy()) {
         let Some(workload) = build(&counts, &jobs) else { return Ok(()) };
         let bound = makespan_lower_bound(&workload).expect("bound");
+        let forked_bound = forked_makespan_lower_bound(&workload).expect("forked bound");
+        prop_assert!(forked_bound <= bound * (1.0 + 1e-6));
         let exp = Experiment::new(workload.clone(), SimSettings::default()).expect("experiment");
         for kind in PolicyKind::ALL {
             let r = exp.run(kind, &mut |_| {}).expect("simulation");
@@ -104,16 +106,32 @@ proptest! {
             prop_assert_eq!(s.jobs_completed, workload.jobs().len(), "{}", kind);
             // No schedule beats the LP bound (the engine also rejects any
             // plan that gives a GPU twice).
+            // Forked jobs (HadarE) answer to the forked-job bound.
+            let bound = if matches!(kind, PolicyKind::HadarE | PolicyKind::HadarEMakespan) {
+                forked_bound
+            } else {
+                bound
+            };
             prop_assert!(s.makespan_s >= bound * (1.0 - 1e-6), "{}: {} < {}", kind, s.makespan_s, bound);
             prop_assert!(s.utilization <= 1.0 + 1e-9);
             for (job, rec) in workload.jobs().iter().zip(&r.jobs) {
                 let jct = rec.jct_s.expect("finished");
-                // Nobody finishes faster than alone on its fastest type.
-                prop_assert!(jct >= isolated_jct(&workload, job.id.index()) * (1.0 - 1e-9));
-                // Work done fits in the GPU time used at the fastest rate.
                 let best = workload.rates_of(job.id.index()).iter().copied().fold(0.0, f64::max);
-                let gang_seconds = rec.gpu_seconds / f64::from(job.scale_factor);
-                prop_assert!(job.total_steps as f64 <= best * gang_seconds * (1.0 + 1e-9) + 1.0);
+                if kind.is_gavel() || matches!(kind, PolicyKind::Hadar | PolicyKind::HadarMakespan) {
+                    // Nobody finishes faster than alone on its fastest type.
+                    prop_assert!(jct >= isolated_jct(&workload, job.id.index()) * (1.0 - 1e-9));
+                }
+                // Work done fits in the GPU time used at the best rate per
+                // GPU (copies of a forked job included).
+                let per_gpu = (1..=job.scale_factor)
+                    .filter_map(|g| {
+                        (0..3u16)
+                            .filter_map(|t| workload.rate_at(job.id.index(), g, hadar_core::cluster::GpuTypeId(t)))
+                            .map(|r| r / f64::from(g))
+                            .reduce(f64::max)
+                    })
+                    .fold(best / f64::from(job.scale_factor), f64::max);
+                prop_assert!(job.total_steps as f64 <= per_gpu * rec.gpu_seconds * (1.0 + 1e-9) + 1.0);
                 prop_assert!(rec.start_s.expect("started") >= job.arrival_s);
             }
         }

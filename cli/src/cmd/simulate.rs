@@ -99,6 +99,11 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "min", value_parser = ["min", "mean"])]
     pub mixed_rate: String,
 
+    /// HadarE: the fraction of a forked job's copies' steps that counts as
+    /// progress (models the statistical cost of averaging copies).
+    #[arg(long, default_value_t = 1.0, value_name = "F")]
+    pub fork_efficiency: f64,
+
     /// Skip the LP lower bound on the makespan (it is an LP over every measured job).
     #[arg(long)]
     pub no_bound: bool,
@@ -255,6 +260,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
         },
         makespan_bound: !args.no_bound,
         explain: args.explain.map(hadar_core::job::JobId),
+        fork_efficiency: args.fork_efficiency,
     };
     if let Some(j) = args.explain {
         if j as usize >= workload.jobs().len() {
@@ -350,8 +356,9 @@ fn print_table(experiment: &Experiment, source: &str, results: &[RunResult]) {
     }
     match b.makespan_s {
         Some(lb) => println!(
-            "bounds     makespan >= {} h (LP), mean JCT >= {} h (no queueing)",
+            "bounds     makespan >= {} h (LP, gangs), >= {} h (forked jobs); mean JCT >= {} h (no queueing)",
             hours(lb),
+            b.forked_makespan_s.map_or("-".into(), hours),
             hours(b.mean_jct_s)
         ),
         None => println!(

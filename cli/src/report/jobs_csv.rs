@@ -141,6 +141,7 @@ mod tests {
             jobs_completed: 2,
             jobs_measured: 2,
             lower_bound_s: None,
+            forked_lower_bound_s: None,
             makespan_over_bound: None,
             jct_lower_bound_s: 900.0,
             jct_over_bound: 1.1,

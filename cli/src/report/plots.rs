@@ -670,6 +670,7 @@ mod tests {
             jobs_completed: 3,
             jobs_measured: 3,
             lower_bound_s: Some(6000.0),
+            forked_lower_bound_s: None,
             makespan_over_bound: Some(1.2),
             jct_lower_bound_s: 3000.0,
             jct_over_bound: 1.2,

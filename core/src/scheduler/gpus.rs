@@ -45,6 +45,41 @@ impl GpuPicker {
         }
     }
 
+    /// The free GPUs of type `ty` on `node`, in id order.
+    pub fn free_on_node(&self, cluster: &Cluster, node: usize, ty: usize) -> Vec<GpuId> {
+        let (a, b) = self.node_range[node];
+        (a..b)
+            .map(GpuId)
+            .filter(|&g| self.free[g.index()] && cluster.gpu(g).gpu_type.index() == ty)
+            .collect()
+    }
+
+    /// Takes up to `n` free GPUs of type `ty`, one per node, from the nodes
+    /// with the most free GPUs of that type (copies of a forked job sit on
+    /// distinct nodes). Returns fewer if fewer nodes have room.
+    pub fn pick_spread(&mut self, cluster: &Cluster, ty: usize, n: usize) -> Vec<GpuId> {
+        let k = self.k;
+        let mut nodes: Vec<u32> = self.nodes_of_type[ty]
+            .iter()
+            .copied()
+            .filter(|&node| self.node_free[node as usize * k + ty] > 0)
+            .collect();
+        nodes.sort_by_key(|&node| std::cmp::Reverse(self.node_free[node as usize * k + ty]));
+        let mut out = Vec::with_capacity(n);
+        for node in nodes.into_iter().take(n) {
+            if let Some(&g) = self.free_on_node(cluster, node as usize, ty).first() {
+                out.push(g);
+            }
+        }
+        self.take(cluster, &out);
+        out
+    }
+
+    /// Nodes that hold GPUs of type `ty`.
+    pub fn nodes_of_type(&self, ty: usize) -> &[u32] {
+        &self.nodes_of_type[ty]
+    }
+
     /// Frees every GPU.
     pub fn reset(&mut self) {
         self.free.iter_mut().for_each(|f| *f = true);

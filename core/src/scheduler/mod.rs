@@ -90,13 +90,19 @@ pub enum PolicyKind {
     Hadar,
     /// Hadar, aimed at makespan (the paper's "total time duration").
     HadarMakespan,
+    /// HadarE: Hadar (JCT utility) plus forked job copies on idle GPUs.
+    HadarE,
+    /// HadarE with the makespan utility.
+    HadarEMakespan,
 }
 
 impl PolicyKind {
     /// Every policy, in the order tables list them.
-    pub const ALL: [PolicyKind; 10] = [
+    pub const ALL: [PolicyKind; 12] = [
         Self::Hadar,
         Self::HadarMakespan,
+        Self::HadarE,
+        Self::HadarEMakespan,
         Self::MaxMinFairnessPerf,
         Self::MinTotalDurationPerf,
         Self::FinishTimeFairnessPerf,
@@ -120,12 +126,17 @@ impl PolicyKind {
             Self::Fifo => "fifo",
             Self::Hadar => "hadar",
             Self::HadarMakespan => "hadar:makespan",
+            Self::HadarE => "hadare",
+            Self::HadarEMakespan => "hadare:makespan",
         }
     }
 
     /// Whether this is one of Gavel's policies (reimplemented as a baseline).
     pub fn is_gavel(self) -> bool {
-        !matches!(self, Self::Hadar | Self::HadarMakespan)
+        !matches!(
+            self,
+            Self::Hadar | Self::HadarMakespan | Self::HadarE | Self::HadarEMakespan
+        )
     }
 
     /// One line for `hadar policies`.
@@ -154,6 +165,10 @@ impl PolicyKind {
                 "Hadar (online primal-dual, task-level heterogeneity), utility aimed at average JCT"
             }
             Self::HadarMakespan => "Hadar with the makespan utility (total time duration)",
+            Self::HadarE => {
+                "HadarE: Hadar plus copies of jobs on GPUs it would leave idle, averaged each round"
+            }
+            Self::HadarEMakespan => "HadarE with the makespan utility",
         }
     }
 
@@ -171,6 +186,8 @@ impl PolicyKind {
             "fifo" => Self::Fifo,
             "hadar" | "hadar:jct" => Self::Hadar,
             "hadar:makespan" => Self::HadarMakespan,
+            "hadare" | "hadare:jct" => Self::HadarE,
+            "hadare:makespan" => Self::HadarEMakespan,
             _ => {
                 let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
                 return Err(Error::setting(
@@ -220,16 +237,19 @@ pub fn build(
     workload: &Workload,
     settings: &SchedulerSettings,
 ) -> Result<Box<dyn Scheduler>> {
-    let hadar_with = |utility| {
+    let hadar_with = |utility, fork| {
         let s = hadar::HadarSettings {
             utility,
+            fork,
             ..settings.hadar.clone()
         };
         hadar::HadarScheduler::new(kind.name(), workload, s)
     };
     Ok(match kind {
-        PolicyKind::Hadar => Box::new(hadar_with(hadar::Utility::Jct)?),
-        PolicyKind::HadarMakespan => Box::new(hadar_with(hadar::Utility::Makespan)?),
+        PolicyKind::Hadar => Box::new(hadar_with(hadar::Utility::Jct, false)?),
+        PolicyKind::HadarMakespan => Box::new(hadar_with(hadar::Utility::Makespan, false)?),
+        PolicyKind::HadarE => Box::new(hadar_with(hadar::Utility::Jct, true)?),
+        PolicyKind::HadarEMakespan => Box::new(hadar_with(hadar::Utility::Makespan, true)?),
         _ => Box::new(gavel::GavelScheduler::new(kind, workload, settings)?),
     })
 }

@@ -16,12 +16,24 @@ use crate::workload::Workload;
 pub struct SimBackend {
     workload: std::sync::Arc<Workload>,
     mixed: MixedRate,
+    fork_efficiency: f64,
 }
 
 impl SimBackend {
     /// A simulator over `workload`.
     pub fn new(workload: std::sync::Arc<Workload>, mixed: MixedRate) -> Self {
-        Self { workload, mixed }
+        Self {
+            workload,
+            mixed,
+            fork_efficiency: 1.0,
+        }
+    }
+
+    /// The fraction of a forked job's copies' steps that counts as progress
+    /// (HadarE: the statistical cost of averaging copies; 1.0 by default).
+    pub fn with_fork_efficiency(mut self, efficiency: f64) -> Self {
+        self.fork_efficiency = efficiency;
+        self
     }
 }
 
@@ -42,37 +54,63 @@ impl RoundBackend for SimBackend {
         let w = &*self.workload;
         let cluster = w.cluster();
         let mut end = plan.start_s;
-        let mut tasks = Vec::with_capacity(plan.tasks.len());
-        // Copies of one job draw on one remaining budget, in plan order.
-        let mut budget: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
-        for task in &plan.tasks {
-            let rate = task_rate(w, task, self.mixed);
-            let left = budget
-                .entry(task.job.0)
-                .or_insert_with(|| state.remaining(w, task.job));
-            let steps = if rate > 0.0 {
-                // Truncation toward zero, as Gavel's int().
-                ((rate * plan.length_s) as u64).min(*left)
-            } else {
-                0
-            };
-            *left -= steps;
-            let busy_s = if rate > 0.0 { steps as f64 / rate } else { 0.0 };
-            end = end.max(plan.start_s + busy_s);
-            let first = task.gpus.first().map(|&g| cluster.gpu(g).gpu_type);
-            let single = task
-                .gpus
-                .iter()
-                .all(|&g| Some(cluster.gpu(g).gpu_type) == first);
-            tasks.push(TaskReport {
-                job: task.job,
-                copy: task.copy,
-                gpus: task.gpus.len() as u32,
-                steps,
-                busy_s,
-                gpu_type: if single { first } else { None },
-            });
+        // Each job's tasks: one gang, or several copies that run at once.
+        let mut by_job: std::collections::BTreeMap<u32, Vec<usize>> =
+            std::collections::BTreeMap::new();
+        for (i, t) in plan.tasks.iter().enumerate() {
+            by_job.entry(t.job.0).or_default().push(i);
         }
+        let mut reports: Vec<Option<TaskReport>> = vec![None; plan.tasks.len()];
+        for (job, idx) in by_job {
+            let forked = idx.len() > 1 || plan.tasks[idx[0]].copy > 0;
+            // A forked job's copies count `efficiency` of their steps.
+            let eff = if forked { self.fork_efficiency } else { 1.0 };
+            let rates: Vec<f64> = idx
+                .iter()
+                .map(|&i| task_rate(w, &plan.tasks[i], self.mixed) * eff)
+                .collect();
+            let left = state.remaining(w, crate::job::JobId(job));
+            // Whole steps each task can do in the round (Gavel's int()).
+            let full: Vec<u64> = rates.iter().map(|r| (r * plan.length_s) as u64).collect();
+            let total: u64 = full.iter().sum();
+            let (steps, busy): (Vec<u64>, Vec<f64>) = if total <= left {
+                let busy = full
+                    .iter()
+                    .zip(&rates)
+                    .map(|(&n, &r)| if r > 0.0 { n as f64 / r } else { 0.0 })
+                    .collect();
+                (full, busy)
+            } else {
+                // The job finishes this round: its tasks run side by side
+                // until the steps left are done, each doing its share.
+                let sum_rate: f64 = rates.iter().sum();
+                let t = left as f64 / sum_rate;
+                let mut steps: Vec<u64> = rates.iter().map(|r| (r * t) as u64).collect();
+                let short = left - steps.iter().sum::<u64>().min(left);
+                if let Some(first) = steps.first_mut() {
+                    *first += short;
+                }
+                (steps, vec![t; rates.len()])
+            };
+            for (n, &i) in idx.iter().enumerate() {
+                let task = &plan.tasks[i];
+                end = end.max(plan.start_s + busy[n]);
+                let first = task.gpus.first().map(|&g| cluster.gpu(g).gpu_type);
+                let single = task
+                    .gpus
+                    .iter()
+                    .all(|&g| Some(cluster.gpu(g).gpu_type) == first);
+                reports[i] = Some(TaskReport {
+                    job: task.job,
+                    copy: task.copy,
+                    gpus: task.gpus.len() as u32,
+                    steps: steps[n],
+                    busy_s: busy[n],
+                    gpu_type: if single { first } else { None },
+                });
+            }
+        }
+        let tasks: Vec<TaskReport> = reports.into_iter().flatten().collect();
         if plan.tasks.is_empty() {
             end = plan.start_s + plan.length_s;
         }

@@ -31,6 +31,9 @@ pub struct SimSettings {
     pub makespan_bound: bool,
     /// Record why this job ran where it ran, or waited, in every round.
     pub explain: Option<crate::job::JobId>,
+    /// HadarE: the fraction of a forked job's copies' steps that counts as
+    /// progress (the statistical cost of averaging); 1.0 by default.
+    pub fork_efficiency: f64,
 }
 
 impl Default for SimSettings {
@@ -42,6 +45,7 @@ impl Default for SimSettings {
             mixed_rate: MixedRate::Min,
             makespan_bound: true,
             explain: None,
+            fork_efficiency: 1.0,
         }
     }
 }
@@ -51,6 +55,9 @@ impl Default for SimSettings {
 pub struct Bounds {
     /// LP lower bound on the makespan of the measured jobs (s).
     pub makespan_s: Option<f64>,
+    /// The same for forked jobs (HadarE): any number of GPUs at once, each
+    /// at the job's single-GPU rate (s).
+    pub forked_makespan_s: Option<f64>,
     /// No-queueing bound on their mean JCT (s).
     pub mean_jct_s: f64,
 }
@@ -67,6 +74,13 @@ impl Experiment {
     /// Checks the settings and computes the bounds.
     pub fn new(workload: Arc<Workload>, settings: SimSettings) -> Result<Self> {
         let n = workload.jobs().len() as u32;
+        let eff = settings.fork_efficiency;
+        if !(eff > 0.0 && eff <= 1.0) {
+            return Err(Error::setting(
+                "fork_efficiency",
+                format!("{eff} is not in (0, 1]"),
+            ));
+        }
         if let Some((a, b)) = settings.window {
             if a >= b || b > n {
                 return Err(Error::setting(
@@ -86,8 +100,19 @@ impl Experiment {
         } else {
             None
         };
+        let forked_makespan_s = if settings.makespan_bound {
+            let sub = if measured.len() == workload.jobs().len() {
+                workload.clone()
+            } else {
+                Arc::new(workload.subset(&measured)?)
+            };
+            Some(crate::bounds::forked_makespan_lower_bound(&sub)?)
+        } else {
+            None
+        };
         let bounds = Bounds {
             makespan_s,
+            forked_makespan_s,
             mean_jct_s: jct_lower_bound(&workload, measured.iter().copied()),
         };
         Ok(Self {
@@ -116,11 +141,14 @@ impl Experiment {
     pub fn run(&self, policy: PolicyKind, progress: &mut dyn FnMut(Progress)) -> Result<RunResult> {
         let started = Instant::now();
         let w = &*self.workload;
-        let mut scheduler = build(policy, w, &self.settings.scheduler)?;
+        let mut scheduler_settings = self.settings.scheduler.clone();
+        scheduler_settings.hadar.fork_efficiency = self.settings.fork_efficiency;
+        let mut scheduler = build(policy, w, &scheduler_settings)?;
         if let Some(job) = self.settings.explain {
             scheduler.explain(job);
         }
-        let mut backend = SimBackend::new(self.workload.clone(), self.settings.mixed_rate);
+        let mut backend = SimBackend::new(self.workload.clone(), self.settings.mixed_rate)
+            .with_fork_efficiency(self.settings.fork_efficiency);
         let loop_settings = LoopSettings {
             round_s: self.settings.round_s,
             window: self.settings.window,
@@ -188,7 +216,14 @@ impl Experiment {
             jobs_completed: jcts.len(),
             jobs_measured: measured.len(),
             lower_bound_s: self.bounds.makespan_s,
-            makespan_over_bound: self.bounds.makespan_s.map(|b| makespan_s / b),
+            forked_lower_bound_s: self.bounds.forked_makespan_s,
+            // Forked jobs answer to the forked-job bound.
+            makespan_over_bound: if policy.starts_with("hadare") {
+                self.bounds.forked_makespan_s
+            } else {
+                self.bounds.makespan_s
+            }
+            .map(|b| makespan_s / b),
             jct_lower_bound_s: self.bounds.mean_jct_s,
             jct_over_bound: if self.bounds.mean_jct_s > 0.0 {
                 avg_jct_s / self.bounds.mean_jct_s

@@ -103,7 +103,10 @@ impl GavelScheduler {
             // FIFO ignores rate magnitudes when it draws a type, but must see
             // which types a job cannot run on at all.
             PolicyKind::Fifo => (Box::new(Fifo::new(false, settings.seed)), RateView::Perf),
-            PolicyKind::Hadar | PolicyKind::HadarMakespan => {
+            PolicyKind::Hadar
+            | PolicyKind::HadarMakespan
+            | PolicyKind::HadarE
+            | PolicyKind::HadarEMakespan => {
                 return Err(crate::Error::setting(
                     "policy",
                     format!("{kind} is not a Gavel policy"),

@@ -28,7 +28,7 @@ pub struct MakespanPlan {
 impl MakespanPlan {
     /// Books the last round's run time against the plan, and solves the LP
     /// again if jobs arrived or finished. `slack` inflates the target.
-    pub fn update(&mut self, ctx: &RoundContext<'_>, slack: f64) -> Result<()> {
+    pub fn update(&mut self, ctx: &RoundContext<'_>, slack: f64, rates: &[f64]) -> Result<()> {
         let w = ctx.workload;
         let k = w.cluster().gpu_types().len();
         if self.left.is_empty() {
@@ -53,7 +53,7 @@ impl MakespanPlan {
                 .active
                 .iter()
                 .map(|&j| FluidJob {
-                    rates: w.rates_of(j.index()),
+                    rates: &rates[j.index() * k..(j.index() + 1) * k],
                     gang: w.jobs()[j.index()].scale_factor,
                     steps: ctx.state.remaining(w, j) as f64,
                     arrival_s: 0.0,
@@ -71,7 +71,12 @@ impl MakespanPlan {
     }
 
     /// This round's gangs: `(job, [(type, GPUs)])`, least laxity first.
-    pub fn round(&self, ctx: &RoundContext<'_>, backfill: bool) -> Vec<(JobId, Vec<(usize, u32)>)> {
+    pub fn round(
+        &self,
+        ctx: &RoundContext<'_>,
+        backfill: bool,
+        rates: &[f64],
+    ) -> Vec<(JobId, Vec<(usize, u32)>)> {
         let w = ctx.workload;
         let k = self.k;
         let mut free = w.cluster().gpus_per_type();
@@ -85,7 +90,10 @@ impl MakespanPlan {
                 let need = if planned > 0.0 {
                     planned
                 } else {
-                    let best = w.rates_of(j.index()).iter().copied().fold(0.0, f64::max);
+                    let best = rates[j.index() * k..(j.index() + 1) * k]
+                        .iter()
+                        .copied()
+                        .fold(0.0, f64::max);
                     ctx.state.remaining(w, j) as f64 / best.max(1e-12)
                 };
                 ((self.target_s - ctx.now_s) - need, j)
@@ -117,9 +125,9 @@ impl MakespanPlan {
                     continue;
                 }
                 let gang = w.jobs()[j.index()].scale_factor;
-                let rates = w.rates_of(j.index());
-                let mut types: Vec<usize> = (0..k).filter(|&t| rates[t] > 0.0).collect();
-                types.sort_by(|&a, &b| rates[b].total_cmp(&rates[a]));
+                let r = &rates[j.index() * k..(j.index() + 1) * k];
+                let mut types: Vec<usize> = (0..k).filter(|&t| r[t] > 0.0).collect();
+                types.sort_by(|&a, &b| r[b].total_cmp(&r[a]));
                 if let Some(&t) = types.iter().find(|&&t| free[t] >= gang) {
                     free[t] -= gang;
                     out.push((j, vec![(t, gang)]));

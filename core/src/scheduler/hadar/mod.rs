@@ -78,6 +78,13 @@ pub struct HadarSettings {
     pub admission: f64,
     /// Whether a gang may span GPU types (task-level heterogeneity).
     pub mixed_types: bool,
+    /// HadarE: run jobs as copies (replicas on distinct nodes, averaged at
+    /// round boundaries) where copies progress faster per GPU than the gang,
+    /// and fill GPUs left idle with copies.
+    pub fork: bool,
+    /// HadarE: the fraction of copies' steps assumed to count (the
+    /// simulator's `fork_efficiency`), for deciding when copies pay.
+    pub fork_efficiency: f64,
     /// Makespan utility: the target is the fluid bound on the remaining work
     /// times `1 + makespan_slack` (the bound itself is rarely reachable).
     pub makespan_slack: f64,
@@ -98,6 +105,8 @@ impl Default for HadarSettings {
             admission: f64::INFINITY,
             mixed_types: true,
             makespan_slack: 0.0,
+            fork: false,
+            fork_efficiency: 1.0,
             backfill: true,
         }
     }
@@ -154,6 +163,11 @@ pub struct HadarScheduler {
     explanations: Vec<Explanation>,
     scratch: Scratch,
     type_names: Vec<String>,
+    /// Rates the planner uses, `rates[j * k + w]`: the gang's rate, or with
+    /// HadarE the rate of `gang` single-GPU copies where that is higher.
+    rates: Vec<f64>,
+    /// Where the rate above is the copies' (the gang runs as copies there).
+    as_copies: Vec<bool>,
 }
 
 impl HadarScheduler {
@@ -177,6 +191,7 @@ impl HadarScheduler {
                 "must be >= 1 (inf: admit every job)",
             ));
         }
+        let (rates, as_copies) = planning_rates(workload, &settings);
         let order = settings.order.unwrap_or(match settings.utility {
             Utility::Jct => JobOrder::ShortestFirst,
             Utility::Makespan => JobOrder::LongestFirst,
@@ -191,6 +206,8 @@ impl HadarScheduler {
             explanations: Vec::new(),
             scratch: Scratch::default(),
             type_names: workload.cluster().gpu_types().to_vec(),
+            rates,
+            as_copies,
             settings,
         })
     }
@@ -265,9 +282,24 @@ impl Scheduler for HadarScheduler {
             self.held[j.index()].clear();
         }
         if self.settings.utility == Utility::Makespan {
-            self.makespan.update(ctx, self.settings.makespan_slack)?;
-            let now = self.makespan.round(ctx, self.settings.backfill);
-            let tasks = self.assign(w, &now);
+            self.makespan
+                .update(ctx, self.settings.makespan_slack, &self.rates)?;
+            let now = self
+                .makespan
+                .round(ctx, self.settings.backfill, &self.rates);
+            let mut tasks = self.assign(w, &now);
+            if self.settings.fork {
+                // The tail decides the makespan: copies go to the longest jobs.
+                let mut order = ctx.state.active.clone();
+                order.sort_by(|a, b| {
+                    let left = |j: &JobId| {
+                        let best = w.rates_of(j.index()).iter().copied().fold(0.0, f64::max);
+                        ctx.state.remaining(w, *j) as f64 / best.max(1e-12)
+                    };
+                    left(b).total_cmp(&left(a)).then(a.cmp(b))
+                });
+                self.fork(w, ctx, &mut tasks, &order);
+            }
             return Ok(Decision {
                 tasks,
                 solved: true,
@@ -295,7 +327,7 @@ impl Scheduler for HadarScheduler {
         for (pos, &j) in order.iter().enumerate() {
             let job = &w.jobs()[j.index()];
             let view = JobView {
-                rates: w.rates_of(j.index()),
+                rates: &self.rates[j.index() * k..(j.index() + 1) * k],
                 gang: job.scale_factor,
                 remaining: ctx.state.remaining(w, j) as f64,
                 arrival_s: job.arrival_s,
@@ -357,7 +389,7 @@ impl Scheduler for HadarScheduler {
                 }
                 let job = &w.jobs()[j.index()];
                 let view = JobView {
-                    rates: w.rates_of(j.index()),
+                    rates: &self.rates[j.index() * k..(j.index() + 1) * k],
                     gang: job.scale_factor,
                     remaining: ctx.state.remaining(w, j) as f64,
                     arrival_s: job.arrival_s,
@@ -379,7 +411,10 @@ impl Scheduler for HadarScheduler {
                 }
             }
         }
-        let tasks = self.assign(w, &now);
+        let mut tasks = self.assign(w, &now);
+        if self.settings.fork {
+            self.fork(w, ctx, &mut tasks, &order);
+        }
         if let Some(mut e) = pending_explanation {
             if let Outcome::Ran(gpus) | Outcome::Backfilled(gpus) = &mut e.outcome {
                 if let Some(t) = tasks.iter().find(|t| t.job == e.job) {
@@ -486,10 +521,15 @@ impl HadarScheduler {
         }
         // Larger gangs first: they need the consolidated holes.
         rest.sort_by_key(|(j, _)| std::cmp::Reverse(w.jobs()[j.index()].scale_factor));
+        let k = self.type_names.len();
         for (j, alloc) in rest {
             let mut gpus = Vec::new();
             for &(ty, n) in alloc.iter() {
-                gpus.extend(self.picker.pick(cluster, ty, n as usize));
+                if self.as_copies[j.index() * k + ty] {
+                    gpus.extend(self.picker.pick_spread(cluster, ty, n as usize));
+                } else {
+                    gpus.extend(self.picker.pick(cluster, ty, n as usize));
+                }
             }
             self.held[j.index()].clone_from(&gpus);
             tasks.push(Task {
@@ -498,8 +538,121 @@ impl HadarScheduler {
                 gpus,
             });
         }
-        tasks
+        // HadarE: a gang planned as copies runs as single-GPU copies.
+        let mut out = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let ty = cluster.gpu(t.gpus[0]).gpu_type.index();
+            let gang = w.jobs()[t.job.index()].scale_factor as usize;
+            if self.as_copies[t.job.index() * k + ty] && (t.gpus.len() > 1 || gang > 1) {
+                for (c, &g) in t.gpus.iter().enumerate() {
+                    out.push(Task {
+                        job: t.job,
+                        copy: c as u32 + 1,
+                        gpus: vec![g],
+                    });
+                }
+            } else {
+                out.push(t);
+            }
+        }
+        out
     }
+}
+
+impl HadarScheduler {
+    /// HadarE: every GPU still free after the gangs are placed runs a copy
+    /// of a job, in `order` (best first). A copy is a full replica on one
+    /// node, with as many of that node's free GPUs of one type as the table
+    /// has a rate for (up to the job's gang); copies of a job sit on
+    /// distinct nodes. Its gang, if it runs, is copy 0.
+    fn fork(
+        &mut self,
+        w: &Workload,
+        ctx: &RoundContext<'_>,
+        tasks: &mut Vec<Task>,
+        order: &[JobId],
+    ) {
+        let cluster = w.cluster();
+        let k = cluster.gpu_types().len();
+        let mut next_copy: HashMap<JobId, u32> = HashMap::new();
+        let mut nodes_used: HashMap<JobId, Vec<u32>> = HashMap::new();
+        for t in tasks.iter() {
+            next_copy.insert(t.job, 1);
+            let nodes = nodes_used.entry(t.job).or_default();
+            nodes.extend(t.gpus.iter().map(|&g| cluster.gpu(g).node.0));
+        }
+        if order.is_empty() {
+            return;
+        }
+        // Round-robin over the jobs in order, so that idle GPUs spread over
+        // the most valuable jobs rather than all going to the first.
+        let mut cursor = 0usize;
+        for ty in 0..k {
+            let nodes: Vec<u32> = self.picker.nodes_of_type(ty).to_vec();
+            for node in nodes {
+                loop {
+                    let free = self.picker.free_on_node(cluster, node as usize, ty);
+                    if free.is_empty() {
+                        break;
+                    }
+                    // The next job in order that can use this node.
+                    let mut chosen = None;
+                    for step in 0..order.len() {
+                        let j = order[(cursor + step) % order.len()];
+                        if nodes_used.get(&j).is_some_and(|n| n.contains(&node)) {
+                            continue;
+                        }
+                        let job = &w.jobs()[j.index()];
+                        let max = (free.len() as u32).min(job.scale_factor);
+                        let size = (1..=max).rev().find(|&g| {
+                            w.rate_at(j.index(), g, crate::cluster::GpuTypeId(ty as u16))
+                                .is_some_and(|r| r > 0.0)
+                        });
+                        if let Some(g) = size {
+                            chosen = Some((j, g, step));
+                            break;
+                        }
+                    }
+                    let Some((j, g, step)) = chosen else { break };
+                    cursor = (cursor + step + 1) % order.len();
+                    let gpus: Vec<GpuId> = free[..g as usize].to_vec();
+                    self.picker.take(cluster, &gpus);
+                    let copy = next_copy.entry(j).or_insert(1);
+                    tasks.push(Task {
+                        job: j,
+                        copy: *copy,
+                        gpus,
+                    });
+                    *copy += 1;
+                    nodes_used.entry(j).or_default().push(node);
+                }
+            }
+        }
+        let _ = ctx;
+    }
+}
+
+/// The rates Hadar plans with (see `HadarScheduler::rates`).
+fn planning_rates(w: &Workload, settings: &HadarSettings) -> (Vec<f64>, Vec<bool>) {
+    let k = w.cluster().gpu_types().len();
+    let mut rates = Vec::with_capacity(w.jobs().len() * k);
+    let mut as_copies = Vec::with_capacity(w.jobs().len() * k);
+    for (j, job) in w.jobs().iter().enumerate() {
+        for t in 0..k {
+            let ty = crate::cluster::GpuTypeId(t as u16);
+            let gang = w.rate(j, ty);
+            let copies = if settings.fork && job.scale_factor > 1 {
+                w.rate_at(j, 1, ty).unwrap_or(0.0)
+                    * f64::from(job.scale_factor)
+                    * settings.fork_efficiency
+            } else {
+                0.0
+            };
+            as_copies.push(copies > gang);
+            rates.push(gang.max(copies));
+        }
+    }
+    (rates, as_copies)
 }
 
 fn same_types(cluster: &crate::cluster::Cluster, gpus: &[GpuId], alloc: &[(usize, u32)]) -> bool {
