@@ -24,7 +24,7 @@ use crate::report::{hours, jobs_csv, plots, table::Table};
 const DEFAULT_TRACE: &str = "static_100jobs_multigpu_seed0.trace";
 /// The policies run when `--policy` is not given: Hadar beside Gavel's heterogeneity-aware ones.
 const DEFAULT_POLICIES: &str =
-    "hadar,hadar:makespan,max_min_fairness_perf,min_total_duration_perf,finish_time_fairness_perf,fifo_perf";
+    "hadar,hadar:makespan,hadare,hadare:makespan,max_min_fairness_perf,min_total_duration_perf,finish_time_fairness_perf,fifo_perf";
 
 /// Simulate a trace under one or more policies and compare them.
 ///
