@@ -17,6 +17,9 @@ pub enum CliError {
     /// From the engine.
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// From checkpoint merging (`hadar merge`).
+    #[error(transparent)]
+    Checkpoint(#[from] hadar_checkpoint::MergeError),
     /// A command-line value that clap could not check by itself.
     #[error("{0}")]
     Usage(String),
@@ -41,6 +44,8 @@ impl CliError {
             Self::Core(CoreError::Solver { .. }) => EXIT_SOLVER,
             Self::Core(CoreError::Io { .. } | CoreError::Parse { .. })
             | Self::Core(CoreError::Inconsistent { .. } | CoreError::Setting { .. }) => EXIT_INPUT,
+            Self::Checkpoint(e) if e.is_write_error() => EXIT_OUTPUT,
+            Self::Checkpoint(_) => EXIT_INPUT,
             Self::Usage(_) => 2,
             Self::CheckFailed(_) => EXIT_CHECK_FAILED,
             Self::Output { .. } => EXIT_OUTPUT,

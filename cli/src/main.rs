@@ -44,6 +44,7 @@ enum Command {
     Trace(cmd::trace::TraceCommand),
     Reproduce(cmd::reproduce::ReproduceArgs),
     Policies(cmd::policies::PoliciesArgs),
+    Merge(cmd::merge::MergeArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Reproduce(args) => cmd::reproduce::run(args),
         Command::Policies(args) => cmd::policies::run(args),
+        Command::Merge(args) => cmd::merge::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -47,6 +47,16 @@ pub struct FluidJob<'a> {
     pub arrival_s: f64,
 }
 
+/// Up to [`ARRIVAL_BREAKPOINTS`] distinct arrival times, evenly spread, the
+/// first included.
+fn breakpoints(arrivals: impl Iterator<Item = f64>) -> Vec<f64> {
+    let mut arrivals: Vec<f64> = arrivals.collect();
+    arrivals.sort_by(f64::total_cmp);
+    arrivals.dedup();
+    let step = arrivals.len().div_ceil(ARRIVAL_BREAKPOINTS).max(1);
+    arrivals.into_iter().step_by(step).collect()
+}
+
 /// The smallest end time `T` of the fluid relaxation described in the module
 /// docs, for `jobs` on a cluster with `counts[w]` GPUs of type `w`.
 pub fn fluid_makespan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<f64> {
@@ -92,12 +102,7 @@ pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
     }
     // Capacity from each breakpoint on: jobs arriving at or after `t0` use
     // GPU-seconds only in [t0, T].
-    let mut arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
-    arrivals.sort_by(f64::total_cmp);
-    arrivals.dedup();
-    let step = arrivals.len().div_ceil(ARRIVAL_BREAKPOINTS).max(1);
-    let breakpoints: Vec<f64> = arrivals.iter().step_by(step).copied().collect();
-    for &t0 in &breakpoints {
+    for t0 in breakpoints(jobs.iter().map(|j| j.arrival_s)) {
         for (w, &count) in counts.iter().enumerate() {
             let mut used = Expression::from(0.0);
             for (job, row) in jobs.iter().zip(&a) {
@@ -163,11 +168,7 @@ pub fn forked_makespan_lower_bound(workload: &Workload) -> Result<f64> {
         lp.ge(work, job.total_steps as f64);
         g.push(row);
     }
-    let mut arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
-    arrivals.sort_by(f64::total_cmp);
-    arrivals.dedup();
-    let step = arrivals.len().div_ceil(ARRIVAL_BREAKPOINTS).max(1);
-    for &t0 in arrivals.iter().step_by(step) {
+    for t0 in breakpoints(jobs.iter().map(|j| j.arrival_s)) {
         for (w, &count) in counts.iter().enumerate() {
             let mut used = Expression::from(0.0);
             for (job, row) in jobs.iter().zip(&g) {
@@ -207,14 +208,7 @@ pub fn isolated_jct(workload: &Workload, job: usize) -> f64 {
 
 /// The no-queueing bound on mean JCT over `jobs` (indices).
 pub fn jct_lower_bound(workload: &Workload, jobs: impl IntoIterator<Item = usize>) -> f64 {
-    let (sum, n) = jobs.into_iter().fold((0.0, 0usize), |(s, n), j| {
-        (s + isolated_jct(workload, j), n + 1)
-    });
-    if n == 0 {
-        0.0
-    } else {
-        sum / n as f64
-    }
+    crate::metrics::mean(jobs.into_iter().map(|j| isolated_jct(workload, j)))
 }
 
 #[cfg(test)]

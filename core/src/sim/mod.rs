@@ -312,16 +312,12 @@ impl<'a> FtfModel<'a> {
             1.0
         };
         let job = &w.jobs()[j];
-        let sf = f64::from(job.scale_factor);
-        let counts = w.cluster().gpus_per_type();
-        let shares: Vec<f64> = counts.iter().map(|&c| f64::from(c) / avg / sf).collect();
-        let norm = shares.iter().sum::<f64>().max(1.0);
-        let rate: f64 = w
-            .rates_of(j)
-            .iter()
-            .zip(&shares)
-            .map(|(r, s)| r * s / norm)
-            .sum();
+        let shares = crate::scheduler::gavel::policies::isolated_share(
+            &w.cluster().gpus_per_type(),
+            avg,
+            job.scale_factor,
+        );
+        let rate: f64 = w.rates_of(j).iter().zip(&shares).map(|(r, s)| r * s).sum();
         job.total_steps as f64 / rate.max(1e-12)
     }
 }

@@ -299,19 +299,14 @@ impl FinishTimeFairness {
     }
 }
 
-/// Each job's throughput on an equal `1/m` share of every type.
+/// Each job's throughput on an equal `1/m` share of every type (Gavel's
+/// isolated allocation, below, times its rates).
 fn isolated_rates(input: &AllocationInput<'_>) -> Vec<f64> {
     let k = input.k();
-    let m = input.jobs.len() as f64;
-    (0..input.jobs.len())
-        .map(|i| {
-            let sf = f64::from(input.scale_factors[i]);
-            let shares: Vec<f64> = input.gpus.iter().map(|&c| f64::from(c) / m / sf).collect();
-            let norm = shares.iter().sum::<f64>().max(1.0);
-            (0..k)
-                .map(|w| input.rates[i * k + w] * shares[w] / norm)
-                .sum()
-        })
+    isolated_allocation(input)
+        .chunks(k)
+        .enumerate()
+        .map(|(i, x)| (0..k).map(|w| input.rates[i * k + w] * x[w]).sum())
         .collect()
 }
 
@@ -366,16 +361,22 @@ impl AllocationPolicy for FinishTimeFairness {
 }
 
 fn isolated_allocation(input: &AllocationInput<'_>) -> Vec<f64> {
-    let k = input.k();
     let m = input.jobs.len() as f64;
-    let mut x = Vec::with_capacity(input.jobs.len() * k);
-    for i in 0..input.jobs.len() {
-        let sf = f64::from(input.scale_factors[i]);
-        let shares: Vec<f64> = input.gpus.iter().map(|&c| f64::from(c) / m / sf).collect();
-        let norm = shares.iter().sum::<f64>().max(1.0);
-        x.extend(shares.iter().map(|s| s / norm));
-    }
-    x
+    input
+        .scale_factors
+        .iter()
+        .flat_map(|&sf| isolated_share(input.gpus, m, sf))
+        .collect()
+}
+
+/// Gavel's isolated (equal) share for a gang of `gang` among `jobs` jobs:
+/// `c_w / jobs / gang` of each type's time, scaled down to at most the
+/// whole job (`sum_w <= 1`).
+pub fn isolated_share(gpus: &[u32], jobs: f64, gang: u32) -> Vec<f64> {
+    let sf = f64::from(gang);
+    let shares: Vec<f64> = gpus.iter().map(|&c| f64::from(c) / jobs / sf).collect();
+    let norm = shares.iter().sum::<f64>().max(1.0);
+    shares.iter().map(|s| s / norm).collect()
 }
 
 /// First come, first served.

@@ -325,14 +325,7 @@ impl Scheduler for HadarScheduler {
         let mut now: Vec<(JobId, Vec<(usize, u32)>)> = Vec::new();
         let mut pending_explanation = None;
         for (pos, &j) in order.iter().enumerate() {
-            let job = &w.jobs()[j.index()];
-            let view = JobView {
-                rates: &self.rates[j.index() * k..(j.index() + 1) * k],
-                gang: job.scale_factor,
-                remaining: ctx.state.remaining(w, j) as f64,
-                arrival_s: job.arrival_s,
-                weight: job.priority_weight,
-            };
+            let view = job_view(ctx, &self.rates, j);
             let explaining = self.explain == Some(j);
             let seen: Vec<f64> = if explaining {
                 (0..k).map(|t| grid.price(0, t)).collect()
@@ -387,14 +380,7 @@ impl Scheduler for HadarScheduler {
                 if running.contains(&j) {
                     continue;
                 }
-                let job = &w.jobs()[j.index()];
-                let view = JobView {
-                    rates: &self.rates[j.index() * k..(j.index() + 1) * k],
-                    gang: job.scale_factor,
-                    remaining: ctx.state.remaining(w, j) as f64,
-                    arrival_s: job.arrival_s,
-                    weight: job.priority_weight,
-                };
+                let view = job_view(ctx, &self.rates, j);
                 if let Some(take) = subroutine::backfill(
                     &view,
                     &mut grid,
@@ -629,6 +615,20 @@ impl HadarScheduler {
             }
         }
         let _ = ctx;
+    }
+}
+
+/// What the subroutine sees of job `j`; `rates` is the planner's table.
+fn job_view<'a>(ctx: &RoundContext<'_>, rates: &'a [f64], j: JobId) -> JobView<'a> {
+    let w = ctx.workload;
+    let k = w.cluster().gpu_types().len();
+    let job = &w.jobs()[j.index()];
+    JobView {
+        rates: &rates[j.index() * k..(j.index() + 1) * k],
+        gang: job.scale_factor,
+        remaining: ctx.state.remaining(w, j) as f64,
+        arrival_s: job.arrival_s,
+        weight: job.priority_weight,
     }
 }
 

@@ -83,14 +83,7 @@ pub fn options(
     ctx: &Context,
     scratch: &mut Scratch,
 ) -> Vec<Option_> {
-    let k = job.rates.len();
-    scratch.types_by_speed.clear();
-    scratch
-        .types_by_speed
-        .extend((0..k).filter(|&w| job.rates[w] > 0.0));
-    scratch
-        .types_by_speed
-        .sort_by(|&a, &b| job.rates[b].total_cmp(&job.rates[a]));
+    sort_by_speed(job, scratch);
     let mut out = Vec::with_capacity(2 * scratch.types_by_speed.len());
     for (bi, only) in (0..scratch.types_by_speed.len()).flat_map(|bi| [(bi, true), (bi, false)]) {
         if !only && bi == 0 {
@@ -104,11 +97,7 @@ pub fn options(
         let mut now = Vec::new();
         let mut t = 0;
         while remaining > 0.0 && t < grid.horizon() {
-            let eligible = if only {
-                &scratch.types_by_speed[bi..=bi]
-            } else {
-                &scratch.types_by_speed[..=bi]
-            };
+            let eligible = eligible(&scratch.types_by_speed, bi, only);
             if let Some((c, r)) = take_gpus(grid, t, eligible, ctx.mixed, job, &mut scratch.take) {
                 cost += c * ctx.round_s;
                 let steps = (r * ctx.round_s).floor().max(1.0);
@@ -163,25 +152,14 @@ pub fn commit(
     scratch: &mut Scratch,
 ) {
     let b = option.bottleneck;
-    let k = job.rates.len();
-    scratch.types_by_speed.clear();
-    scratch
-        .types_by_speed
-        .extend((0..k).filter(|&w| job.rates[w] > 0.0));
-    scratch
-        .types_by_speed
-        .sort_by(|&x, &y| job.rates[y].total_cmp(&job.rates[x]));
+    sort_by_speed(job, scratch);
     let Some(bi) = scratch.types_by_speed.iter().position(|&w| w == b) else {
         return;
     };
     let mut remaining = job.remaining;
     let mut t = 0;
     while remaining > 0.0 && t < grid.horizon() {
-        let eligible = if option.only {
-            &scratch.types_by_speed[bi..=bi]
-        } else {
-            &scratch.types_by_speed[..=bi]
-        };
+        let eligible = eligible(&scratch.types_by_speed, bi, option.only);
         if let Some((_, r)) = take_gpus(grid, t, eligible, ctx.mixed, job, &mut scratch.take) {
             for &(w, n) in &scratch.take {
                 grid.commit(t, w, n);
@@ -201,14 +179,7 @@ pub fn backfill(
     mixed: bool,
     scratch: &mut Scratch,
 ) -> Option<Vec<(usize, u32)>> {
-    let k = job.rates.len();
-    scratch.types_by_speed.clear();
-    scratch
-        .types_by_speed
-        .extend((0..k).filter(|&w| job.rates[w] > 0.0));
-    scratch
-        .types_by_speed
-        .sort_by(|&x, &y| job.rates[y].total_cmp(&job.rates[x]));
+    sort_by_speed(job, scratch);
     take_gpus(
         grid,
         0,
@@ -221,6 +192,28 @@ pub fn backfill(
         grid.commit(0, w, n);
     }
     Some(scratch.take.clone())
+}
+
+/// Fills `scratch.types_by_speed` with the types the job can run on, fastest first.
+fn sort_by_speed(job: &JobView<'_>, scratch: &mut Scratch) {
+    let k = job.rates.len();
+    scratch.types_by_speed.clear();
+    scratch
+        .types_by_speed
+        .extend((0..k).filter(|&w| job.rates[w] > 0.0));
+    scratch
+        .types_by_speed
+        .sort_by(|&a, &b| job.rates[b].total_cmp(&job.rates[a]));
+}
+
+/// The types a schedule with bottleneck `types[bi]` may use: that type only,
+/// or it and every faster one.
+fn eligible(types: &[usize], bi: usize, only: bool) -> &[usize] {
+    if only {
+        &types[bi..=bi]
+    } else {
+        &types[..=bi]
+    }
 }
 
 /// The job's gang in round `t` on the fastest `eligible` type (sorted
