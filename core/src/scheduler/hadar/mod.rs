@@ -298,7 +298,7 @@ impl Scheduler for HadarScheduler {
                     };
                     left(b).total_cmp(&left(a)).then(a.cmp(b))
                 });
-                self.fork(w, ctx, &mut tasks, &order);
+                self.fork(w, &mut tasks, &order);
             }
             return Ok(Decision {
                 tasks,
@@ -399,7 +399,7 @@ impl Scheduler for HadarScheduler {
         }
         let mut tasks = self.assign(w, &now);
         if self.settings.fork {
-            self.fork(w, ctx, &mut tasks, &order);
+            self.fork(w, &mut tasks, &order);
         }
         if let Some(mut e) = pending_explanation {
             if let Outcome::Ran(gpus) | Outcome::Backfilled(gpus) = &mut e.outcome {
@@ -551,13 +551,7 @@ impl HadarScheduler {
     /// node, with as many of that node's free GPUs of one type as the table
     /// has a rate for (up to the job's gang); copies of a job sit on
     /// distinct nodes. Its gang, if it runs, is copy 0.
-    fn fork(
-        &mut self,
-        w: &Workload,
-        ctx: &RoundContext<'_>,
-        tasks: &mut Vec<Task>,
-        order: &[JobId],
-    ) {
+    fn fork(&mut self, w: &Workload, tasks: &mut Vec<Task>, order: &[JobId]) {
         let cluster = w.cluster();
         let k = cluster.gpu_types().len();
         let mut next_copy: HashMap<JobId, u32> = HashMap::new();
@@ -614,7 +608,6 @@ impl HadarScheduler {
                 }
             }
         }
-        let _ = ctx;
     }
 }
 
