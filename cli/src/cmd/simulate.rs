@@ -155,6 +155,10 @@ pub struct HadarArgs {
     /// 1 + this slack.
     #[arg(long, default_value_t = HadarSettings::default().makespan_slack, value_name = "F")]
     pub hadar_makespan_slack: f64,
+    /// Makespan utility: solve the fluid LP again on arrivals and
+    /// completions at most every this many simulated seconds.
+    #[arg(long, default_value_t = HadarSettings::default().makespan_resolve_s, value_name = "S")]
+    pub hadar_makespan_resolve: f64,
     /// Keep each gang on one GPU type (turns task-level heterogeneity off).
     #[arg(long)]
     pub hadar_no_mixed_types: bool,
@@ -180,6 +184,7 @@ impl HadarArgs {
             mixed_types: !self.hadar_no_mixed_types,
             backfill: !self.hadar_no_backfill,
             makespan_slack: self.hadar_makespan_slack,
+            makespan_resolve_s: self.hadar_makespan_resolve,
             ..HadarSettings::default()
         }
     }

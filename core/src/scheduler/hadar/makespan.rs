@@ -23,12 +23,22 @@ pub struct MakespanPlan {
     /// `left[j * k + w]`: planned seconds on type `w` job `j` has not used yet.
     left: Vec<f64>,
     solved: bool,
+    /// Jobs arrived or finished since the last solve.
+    pending: bool,
+    solved_at_s: f64,
 }
 
 impl MakespanPlan {
     /// Books the last round's run time against the plan, and solves the LP
-    /// again if jobs arrived or finished. `slack` inflates the target.
-    pub fn update(&mut self, ctx: &RoundContext<'_>, slack: f64, rates: &[f64]) -> Result<()> {
+    /// again if jobs arrived or finished, at most every `resolve_s` seconds.
+    /// `slack` inflates the target.
+    pub fn update(
+        &mut self,
+        ctx: &RoundContext<'_>,
+        slack: f64,
+        resolve_s: f64,
+        rates: &[f64],
+    ) -> Result<()> {
         let w = ctx.workload;
         let k = w.cluster().gpu_types().len();
         if self.left.is_empty() {
@@ -47,7 +57,11 @@ impl MakespanPlan {
                 row[ty] -= t.busy_s;
             }
         }
-        if !self.solved || !ctx.arrived.is_empty() || !ctx.completed.is_empty() {
+        self.pending |= !ctx.arrived.is_empty() || !ctx.completed.is_empty();
+        let due = ctx.now_s - self.solved_at_s >= resolve_s;
+        if !self.solved || (self.pending && due) {
+            self.pending = false;
+            self.solved_at_s = ctx.now_s;
             let jobs: Vec<FluidJob<'_>> = ctx
                 .state
                 .active

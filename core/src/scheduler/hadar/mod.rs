@@ -78,6 +78,9 @@ pub struct HadarSettings {
     pub admission: f64,
     /// Whether a gang may span GPU types (task-level heterogeneity).
     pub mixed_types: bool,
+    /// Makespan utility: solve the fluid LP again on arrivals and completions
+    /// at most this often (simulated seconds).
+    pub makespan_resolve_s: f64,
     /// HadarE: run jobs as copies (replicas on distinct nodes, averaged at
     /// round boundaries) where copies progress faster per GPU than the gang,
     /// and fill GPUs left idle with copies.
@@ -105,6 +108,7 @@ impl Default for HadarSettings {
             admission: f64::INFINITY,
             mixed_types: true,
             makespan_slack: 0.0,
+            makespan_resolve_s: 1920.0,
             fork: false,
             fork_efficiency: 1.0,
             backfill: true,
@@ -184,6 +188,9 @@ impl HadarScheduler {
         }
         if settings.aging_s < 0.0 || settings.aging_s.is_nan() {
             return Err(Error::setting("aging_s", "must be seconds >= 0 (0: off)"));
+        }
+        if settings.makespan_resolve_s < 0.0 || settings.makespan_resolve_s.is_nan() {
+            return Err(Error::setting("makespan_resolve_s", "must be seconds >= 0"));
         }
         if settings.admission.is_nan() || settings.admission < 1.0 {
             return Err(Error::setting(
@@ -282,8 +289,12 @@ impl Scheduler for HadarScheduler {
             self.held[j.index()].clear();
         }
         if self.settings.utility == Utility::Makespan {
-            self.makespan
-                .update(ctx, self.settings.makespan_slack, &self.rates)?;
+            self.makespan.update(
+                ctx,
+                self.settings.makespan_slack,
+                self.settings.makespan_resolve_s,
+                &self.rates,
+            )?;
             let now = self
                 .makespan
                 .round(ctx, self.settings.backfill, &self.rates);
