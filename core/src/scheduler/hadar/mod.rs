@@ -30,7 +30,7 @@ use crate::scheduler::{Decision, RoundContext, Scheduler};
 use crate::workload::Workload;
 
 use prices::PriceGrid;
-use subroutine::{Context, JobView, Option_, Scratch};
+use subroutine::{Candidate, Context, JobView, Scratch};
 pub use utility::Utility;
 
 /// The order in which jobs meet the prices (earlier jobs see lower prices).
@@ -133,7 +133,7 @@ pub struct Explanation {
     /// Free GPUs of each type in the first round when the job was considered.
     pub free_now: Vec<u32>,
     /// Every schedule considered, best first.
-    pub options: Vec<Option_>,
+    pub options: Vec<Candidate>,
     /// The admission limit on loss plus cost.
     pub admission_limit: f64,
     /// What happened.

@@ -1,13 +1,15 @@
 //! The dual subroutine: a job's best schedule over the coming rounds given
 //! the current prices, maximizing utility minus the price of what it uses.
 //!
-//! A schedule fixes a *bottleneck* type `b`: in each round the job's whole
-//! gang runs on GPUs of types at least as fast as `b` for this job, so it
-//! progresses at `b`'s rate (the slowest worker sets the pace of synchronous
-//! training). With the rate fixed, the earliest rounds with room are the
-//! best (utility does not increase with time and no round is cheaper for
-//! being later by construction of the walk), so no dynamic program over
-//! progress is needed: enumerating `b` enumerates the schedules.
+//! A schedule fixes a *bottleneck* type `b` and a mode: `b` only, or `b` and
+//! the types faster than it for this job. Each round it walks, the job's gang
+//! takes the fastest eligible type with room (spanning types when no single
+//! one has room and mixing is allowed, at the slowest worker's rate: the
+//! pace of synchronous training). Utility never increases with time, so
+//! within a schedule the earliest rounds with room are the best; each
+//! candidate is walked once and its completion time is exact (whole steps per
+//! round), so no dynamic program over discretized progress is needed: the
+//! `2K - 1` candidates are the schedules.
 
 use super::prices::PriceGrid;
 use super::utility::Utility;
@@ -29,7 +31,7 @@ pub struct JobView<'a> {
 
 /// One candidate schedule.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Option_ {
+pub struct Candidate {
     /// Bottleneck type: the slowest type the schedule uses.
     pub bottleneck: usize,
     /// Whether it uses the bottleneck type only (else also faster types,
@@ -45,7 +47,7 @@ pub struct Option_ {
     pub now: Vec<(usize, u32)>,
 }
 
-impl Option_ {
+impl Candidate {
     /// Loss plus cost: lower is better (utility minus cost is a constant minus this).
     pub fn score(&self) -> f64 {
         self.loss + self.cost
@@ -82,7 +84,7 @@ pub fn options(
     grid: &PriceGrid,
     ctx: &Context,
     scratch: &mut Scratch,
-) -> Vec<Option_> {
+) -> Vec<Candidate> {
     sort_by_speed(job, scratch);
     let mut out = Vec::with_capacity(2 * scratch.types_by_speed.len());
     for (bi, only) in (0..scratch.types_by_speed.len()).flat_map(|bi| [(bi, true), (bi, false)]) {
@@ -125,7 +127,7 @@ pub fn options(
         let loss = ctx
             .utility
             .loss(job.weight, job.arrival_s, completion_s, ctx.target_s);
-        out.push(Option_ {
+        out.push(Candidate {
             bottleneck: b,
             only,
             completion_s,
@@ -146,7 +148,7 @@ pub fn options(
 /// prices of what it takes).
 pub fn commit(
     job: &JobView<'_>,
-    option: &Option_,
+    option: &Candidate,
     grid: &mut PriceGrid,
     ctx: &Context,
     scratch: &mut Scratch,
