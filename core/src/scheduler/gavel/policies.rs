@@ -72,6 +72,29 @@ fn base_lp(input: &AllocationInput<'_>) -> (Lp, Vec<Variable>) {
     (lp, x)
 }
 
+/// An allocation under the base constraints giving each job `i` at least
+/// `needed(i)` steps/s (`None` from `needed`: infeasible at once), or `None`
+/// if there is none.
+fn with_throughputs(
+    input: &AllocationInput<'_>,
+    solver: LpSolver,
+    what: &str,
+    needed: impl Fn(usize) -> Option<f64>,
+) -> Option<Vec<f64>> {
+    let k = input.k();
+    let (mut lp, x) = base_lp(input);
+    for i in 0..input.jobs.len() {
+        let mut t = Expression::from(0.0);
+        for w in 0..k {
+            t.add_mul(input.rates[i * k + w], x[i * k + w]);
+        }
+        lp.ge(t, needed(i)?);
+    }
+    lp.solve(Expression::from(0.0), true, solver, what)
+        .ok()
+        .map(|s| values(&s, &x))
+}
+
 fn values(solution: &crate::lp::LpSolution, x: &[Variable]) -> Vec<f64> {
     x.iter()
         .map(|&v| solution.value(v).clamp(0.0, 1.0))
@@ -200,23 +223,9 @@ pub struct MinTotalDuration {
 
 impl MinTotalDuration {
     fn feasible(&self, input: &AllocationInput<'_>, horizon: f64) -> Option<Vec<f64>> {
-        let k = input.k();
-        let (mut lp, x) = base_lp(input);
-        for i in 0..input.jobs.len() {
-            let mut t = Expression::from(0.0);
-            for w in 0..k {
-                t.add_mul(input.rates[i * k + w], x[i * k + w]);
-            }
-            lp.ge(t, input.remaining[i] / horizon);
-        }
-        lp.solve(
-            Expression::from(0.0),
-            true,
-            self.solver,
-            "min_total_duration",
-        )
-        .ok()
-        .map(|s| values(&s, &x))
+        with_throughputs(input, self.solver, "min_total_duration", |i| {
+            Some(input.remaining[i] / horizon)
+        })
     }
 }
 
@@ -275,27 +284,12 @@ impl FinishTimeFairness {
     }
 
     fn feasible(&self, input: &AllocationInput<'_>, rho: f64, e: &[f64]) -> Option<Vec<f64>> {
-        let k = input.k();
-        let (mut lp, x) = base_lp(input);
-        for i in 0..input.jobs.len() {
+        with_throughputs(input, self.solver, "finish_time_fairness", |i| {
+            // rho_j <= rho needs this throughput; none reaches it if the job
+            // has already waited longer than rho allows.
             let slack = rho * e[i] - input.since_arrival[i];
-            if slack <= 0.0 {
-                return None;
-            }
-            let mut t = Expression::from(0.0);
-            for w in 0..k {
-                t.add_mul(input.rates[i * k + w], x[i * k + w]);
-            }
-            lp.ge(t, input.remaining[i] / slack);
-        }
-        lp.solve(
-            Expression::from(0.0),
-            true,
-            self.solver,
-            "finish_time_fairness",
-        )
-        .ok()
-        .map(|s| values(&s, &x))
+            (slack > 0.0).then(|| input.remaining[i] / slack)
+        })
     }
 }
 
