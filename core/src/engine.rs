@@ -147,6 +147,9 @@ pub fn run_rounds(
             let j = task.job.index();
             let js = &mut state.jobs[j];
             js.task_rounds += 1;
+            if task.copy > 0 {
+                js.copy_rounds += 1;
+            }
             if r.steps > 0 {
                 js.first_start_s.get_or_insert(now);
             }

@@ -26,6 +26,8 @@ pub struct JobRecord {
     pub gpu_seconds: f64,
     /// Rounds in which it ran (task-rounds; copies count separately).
     pub task_rounds: u64,
+    /// Copy-rounds: rounds x copies it ran as HadarE copies.
+    pub copy_rounds: u64,
     /// Finish-time fairness rho: JCT over its JCT on an equal 1/n share.
     pub ftf: Option<f64>,
     /// Whether the job is inside the measurement window.

@@ -31,6 +31,8 @@ pub struct JobState {
     pub seconds_on_type: Vec<f64>,
     /// Task-rounds run.
     pub task_rounds: u64,
+    /// Copy-rounds run as a HadarE copy (a subset of `task_rounds`).
+    pub copy_rounds: u64,
 }
 
 /// All jobs' progress.
@@ -56,6 +58,7 @@ impl JobsState {
                     gpu_seconds: 0.0,
                     seconds_on_type: vec![0.0; types],
                     task_rounds: 0,
+                    copy_rounds: 0,
                 };
                 workload.jobs().len()
             ],

@@ -428,7 +428,8 @@ fn print_explanations(job: u32, results: &[RunResult]) {
 fn write_outputs(dir: &Path, results: &[RunResult]) -> Result<(), CliError> {
     std::fs::create_dir_all(dir).map_err(|e| CliError::output(dir.display(), e))?;
     for r in results {
-        jobs_csv::write_jobs_csv(&dir.join(format!("{}.jobs.csv", r.summary.policy)), r)?;
+        let name = format!("{}.jobs.csv", crate::report::file_stem(&r.summary.policy));
+        jobs_csv::write_jobs_csv(&dir.join(name), r)?;
     }
     let summaries: Vec<_> = results.iter().map(|r| &r.summary).collect();
     let path = dir.join("summary.json");

@@ -1,7 +1,7 @@
 //! Per-job results as CSV (`<policy>.jobs.csv`): one row per [`JobRecord`].
 //!
 //! Columns, in order: `job_id,job_type,scale_factor,arrival_s,start_s,
-//! finish_s,jct_s,queueing_s,gpu_seconds,task_rounds,ftf,measured`.
+//! finish_s,jct_s,queueing_s,gpu_seconds,task_rounds,copy_rounds,ftf,measured`.
 //! Times are seconds from the trace start; a value the job never got (it did
 //! not start or finish) is an empty cell. The file is written atomically: a
 //! reader sees either the old file or the whole new one.
@@ -15,7 +15,7 @@ use hadar_core::metrics::{JobRecord, RunResult};
 use crate::exit::CliError;
 
 /// The CSV header, in column order.
-pub const HEADER: [&str; 12] = [
+pub const HEADER: [&str; 13] = [
     "job_id",
     "job_type",
     "scale_factor",
@@ -26,6 +26,7 @@ pub const HEADER: [&str; 12] = [
     "queueing_s",
     "gpu_seconds",
     "task_rounds",
+    "copy_rounds",
     "ftf",
     "measured",
 ];
@@ -49,7 +50,7 @@ fn write_rows<W: Write>(out: W, jobs: &[JobRecord]) -> io::Result<()> {
 }
 
 /// One job's cells, in [`HEADER`] order.
-fn row(job: &JobRecord) -> [String; 12] {
+fn row(job: &JobRecord) -> [String; 13] {
     [
         job.id.to_string(),
         job.job_type.clone(),
@@ -61,6 +62,7 @@ fn row(job: &JobRecord) -> [String; 12] {
         opt(job.queueing_s),
         job.gpu_seconds.to_string(),
         job.task_rounds.to_string(),
+        job.copy_rounds.to_string(),
         opt(job.ftf),
         job.measured.to_string(),
     ]
@@ -121,6 +123,7 @@ mod tests {
             queueing_s: done.then_some(10.0),
             gpu_seconds: 360.0 * f64::from(id),
             task_rounds: u64::from(id),
+            copy_rounds: 0,
             ftf: done.then_some(1.25),
             measured: id != 0,
         }
@@ -194,11 +197,12 @@ mod tests {
         assert_eq!(&rows[0][1], "ResNet-18 (batch size 64)");
         assert_eq!(&rows[1][0], "1");
         assert_eq!(&rows[1][5], "1001.5");
-        assert_eq!(&rows[0][11], "false");
-        assert_eq!(&rows[2][11], "true");
+        assert_eq!(&rows[0][10], "0", "copy_rounds");
+        assert_eq!(&rows[0][12], "false");
+        assert_eq!(&rows[2][12], "true");
 
         // The unfinished job: start, finish, jct, queueing and ftf are empty.
-        for col in [4, 5, 6, 7, 10] {
+        for col in [4, 5, 6, 7, 11] {
             assert_eq!(&rows[2][col], "", "column {}", HEADER[col]);
         }
         assert_eq!(&rows[2][8], "720");

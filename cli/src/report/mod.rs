@@ -8,3 +8,22 @@ pub mod table;
 pub fn hours(s: f64) -> String {
     format!("{:.2}", s / 3600.0)
 }
+
+/// A policy name made safe as a file-name stem.
+pub fn file_stem(policy: &str) -> String {
+    let stem: String = policy
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if stem.is_empty() {
+        "policy".to_string()
+    } else {
+        stem
+    }
+}

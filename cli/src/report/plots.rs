@@ -78,7 +78,7 @@ pub fn write_plots(dir: &Path, results: &[RunResult]) -> Result<Vec<PathBuf>, Cl
     fs::create_dir_all(dir).map_err(|e| CliError::output(dir.display(), e))?;
     let mut written = Vec::with_capacity(2 * results.len() + 1);
     for r in results {
-        let stem = file_stem(&r.summary.policy);
+        let stem = super::file_stem(&r.summary.policy);
 
         let path = dir.join(format!("{stem}.gpu_timeline.svg"));
         let timeline = Timeline::new(r);
@@ -97,25 +97,6 @@ pub fn write_plots(dir: &Path, results: &[RunResult]) -> Result<Vec<PathBuf>, Cl
         written.push(path);
     }
     Ok(written)
-}
-
-/// A policy name made safe as a file-name stem.
-fn file_stem(policy: &str) -> String {
-    let stem: String = policy
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if stem.is_empty() {
-        "policy".to_string()
-    } else {
-        stem
-    }
 }
 
 /// Renders an SVG of `size` (px) with `draw` and writes it to `path`.
@@ -694,6 +675,7 @@ mod tests {
             queueing_s: Some(0.0),
             gpu_seconds: 1800.0,
             task_rounds: 5,
+            copy_rounds: 0,
             ftf: Some(1.0),
             measured,
         }

@@ -186,6 +186,7 @@ impl Experiment {
                     queueing_s: s.first_start_s.map(|t| t - job.arrival_s),
                     gpu_seconds: s.gpu_seconds,
                     task_rounds: s.task_rounds,
+                    copy_rounds: s.copy_rounds,
                     ftf: jct.map(|jct| jct / ftf.isolated_time(job.id.index(), job.arrival_s, jct)),
                     measured: self.is_measured(job.id.index()),
                 }
