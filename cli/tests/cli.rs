@@ -31,6 +31,11 @@ fn simulate_with_no_arguments_prints_the_comparison() {
         "min_total_duration_perf",
         "finish_time_fairness_perf",
         "fifo_perf",
+        "\nhadar ",
+        "\nhadar:makespan ",
+        "\nhadare ",
+        "\nhadare:makespan ",
+        "(forked jobs)",
     ] {
         assert!(out.contains(needle), "missing {needle:?} in\n{out}");
     }
@@ -214,4 +219,66 @@ fn help_teaches_with_examples() {
     let out = stdout(&o);
     assert!(out.contains("hadar simulate --trace"), "{out}");
     assert!(out.contains("--window"));
+}
+
+#[test]
+fn explain_says_why_a_job_ran_or_waited() {
+    let o = hadar(&["simulate", "--policy", "hadar,fifo_perf", "--explain", "5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let hadar_part = out
+        .split("why job 5 ran or waited under hadar:")
+        .nth(1)
+        .expect("a hadar section");
+    let first = hadar_part.lines().nth(1).expect("a first round");
+    assert!(first.contains("round 0 t=0.00 h job 5"), "{first}");
+    assert!(first.contains("prices v100"), "{first}");
+    assert!(first.contains("best options:"), "{first}");
+    assert!(out.contains("fifo_perf does not explain its decisions"));
+    let o = hadar(&["simulate", "--explain", "100"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "job 100 does not exist in a 100-job trace"
+    );
+}
+
+#[test]
+fn merge_averages_copies_from_the_command_line() {
+    // Two one-tensor f32 copies written by hand in the safetensors layout.
+    fn write(path: &Path, values: [f32; 2]) {
+        let header = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        for v in values {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        std::fs::write(path, bytes).expect("write");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b, out) = (
+        dir.path().join("a.safetensors"),
+        dir.path().join("b.safetensors"),
+        dir.path().join("m.safetensors"),
+    );
+    write(&a, [1.0, 2.0]);
+    write(&b, [3.0, 6.0]);
+    let arg = |p: &Path, n: u32| format!("{}:{n}", p.display());
+    let o = hadar(&[
+        "merge",
+        "--out",
+        out.to_str().expect("utf-8"),
+        &arg(&a, 300),
+        &arg(&b, 100),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(&out).expect("merged");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let data = &bytes[8 + n..];
+    let v: Vec<f32> = data
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    // 0.75 * a + 0.25 * b
+    assert_eq!(v, vec![1.5, 3.0]);
 }
