@@ -21,6 +21,7 @@ pub mod lp;
 pub mod metrics;
 pub mod plan;
 pub mod reproduce;
+pub mod runtime;
 pub mod scheduler;
 pub mod sim;
 pub mod state;
