@@ -15,11 +15,16 @@ quick=0
 
 step() { printf '\n==> %s\n' "$*"; }
 
-# System packages the build or tests need (none yet beyond a C compiler for
-# the -sys crates; later backends add sshd, Slurm and Docker here).
+# System packages the build or tests need: a C compiler, OpenSSL and zlib
+# headers for ssh2 (libssh2 is built from source), and the tools the SSH test
+# hosts use (scripts/ssh-hosts.sh installs openssh-server itself).
 need=()
 command -v cc >/dev/null || need+=(gcc)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
+dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
+command -v ip >/dev/null || need+=(iproute2)
+command -v setsid >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
   step "installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then
@@ -32,6 +37,14 @@ fi
 
 step "build (once; tests reuse it)"
 cargo test --workspace --locked --no-run
+
+step "SSH test hosts (network namespaces with sshd; scripts/ssh-hosts.sh)"
+if [ "$(id -u)" = 0 ]; then
+  scripts/ssh-hosts.sh up
+  trap 'scripts/ssh-hosts.sh down >/dev/null 2>&1 || true' EXIT
+else
+  echo "not root: the SSH backend tests will fail (run as root, or start the hosts with sudo scripts/ssh-hosts.sh up)" >&2
+fi
 
 step "tests"
 cargo test --workspace --locked

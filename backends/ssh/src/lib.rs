@@ -1,0 +1,425 @@
+//! The SSH backend: each task is a detached process on a host reached over
+//! SSH (libssh2 through the `ssh2` crate).
+//!
+//! * Host keys are checked against a known_hosts file; an unknown host is
+//!   refused unless the user opts in (then its key is added), and a changed
+//!   key is always refused.
+//! * Commands are built from argument vectors with every element quoted for
+//!   the remote POSIX shell (`shlex`), never by pasting strings.
+//! * A task runs under `setsid` in a process group of its own, detached from
+//!   the SSH session (it survives a dropped connection), its output in
+//!   `task.log` in its directory; a small wrapper records its exit code in
+//!   `exit_code` there and forwards the stop signal to it.
+//! * One SSH session per host is kept and reused; a session that fails is
+//!   reopened once before the host counts as unreachable.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hadar_core::runtime::protocol::last_report;
+use hadar_core::runtime::{
+    Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec, TaskState, TaskStatus,
+};
+use ssh2::{CheckResult, KnownHostFileKind, Session};
+
+/// The task's log, in its directory.
+pub const LOG_FILE: &str = "task.log";
+/// Where the wrapper writes the task's exit code.
+pub const EXIT_FILE: &str = "exit_code";
+/// How often `stop` looks whether the task has exited.
+const POLL: Duration = Duration::from_millis(50);
+/// The most of a log read back at once (its end holds the last report).
+const LOG_TAIL_BYTES: usize = 64 * 1024;
+
+/// Runs the task (`"$@"`) in the background, forwards TERM and INT to it, and
+/// writes its exit status to `exit_code` once it has really exited.
+const WRAPPER: &str = r#""$@" & c=$!
+trap 'kill -TERM "$c" 2>/dev/null' TERM
+trap 'kill -INT "$c" 2>/dev/null' INT
+while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || break; done
+echo "$s" > exit_code"#;
+
+/// One host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshHost {
+    /// The node's name in the cluster.
+    pub name: String,
+    /// Address (name or IP).
+    pub address: String,
+    /// Port.
+    pub port: u16,
+    /// Login.
+    pub user: String,
+    /// Private key file.
+    pub key: PathBuf,
+}
+
+/// How the backend connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshOptions {
+    /// The known_hosts file that host keys are checked against.
+    pub known_hosts: PathBuf,
+    /// Accept (and record) hosts whose key is not known yet.
+    pub accept_unknown_hosts: bool,
+    /// TCP connect and handshake timeout.
+    pub timeout: Duration,
+}
+
+/// Runs tasks over SSH. Cheap to clone (the sessions are shared).
+#[derive(Clone)]
+pub struct SshBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SshBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl SshBackend {
+    /// A backend for these hosts.
+    pub fn new(hosts: impl IntoIterator<Item = SshHost>, options: SshOptions) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                hosts: hosts.into_iter().map(|h| (h.name.clone(), h)).collect(),
+                options,
+                sessions: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Runs `f` on the blocking pool with the shared state.
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, BackendError> + Send + 'static,
+    ) -> Result<T, BackendError> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| BackendError::Invalid(format!("SSH worker failed: {e}")))?
+    }
+}
+
+/// The hosts, options and open sessions.
+struct Inner {
+    hosts: HashMap<String, SshHost>,
+    options: SshOptions,
+    sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SshBackend")
+            .field("hosts", &self.hosts.keys().collect::<Vec<_>>())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `s` quoted for a POSIX shell.
+fn q(s: &str) -> Result<String, BackendError> {
+    shlex::try_quote(s)
+        .map(|c| c.into_owned())
+        .map_err(|_| BackendError::Invalid(format!("{s:?} contains a NUL byte")))
+}
+
+impl Inner {
+    fn host(&self, node: &str) -> Result<&SshHost, BackendError> {
+        self.hosts.get(node).ok_or_else(|| {
+            BackendError::Invalid(format!("no SSH host is configured for node {node}"))
+        })
+    }
+
+    /// A new, authenticated session with a checked host key.
+    fn connect(&self, host: &SshHost) -> Result<Session, BackendError> {
+        let unreachable = |m: String| BackendError::Unreachable {
+            node: host.name.clone(),
+            message: m,
+        };
+        let addr = (host.address.as_str(), host.port)
+            .to_socket_addrs()
+            .map_err(|e| unreachable(format!("{}: {e}", host.address)))?
+            .next()
+            .ok_or_else(|| unreachable(format!("{} has no address", host.address)))?;
+        let tcp = TcpStream::connect_timeout(&addr, self.options.timeout)
+            .map_err(|e| unreachable(format!("{addr}: {e}")))?;
+        let mut session = Session::new().map_err(|e| unreachable(e.to_string()))?;
+        session.set_timeout(self.options.timeout.as_millis().min(u128::from(u32::MAX)) as u32);
+        session.set_tcp_stream(tcp);
+        session
+            .handshake()
+            .map_err(|e| unreachable(format!("handshake: {e}")))?;
+        self.check_host_key(host, &session)?;
+        session
+            .userauth_pubkey_file(&host.user, None, &host.key, None)
+            .map_err(|e| BackendError::Launch {
+                node: host.name.clone(),
+                message: format!(
+                    "authentication as {} with {}: {e}",
+                    host.user,
+                    host.key.display()
+                ),
+            })?;
+        // Long-running reads (a stop's wait) must not time out the session.
+        session.set_timeout(0);
+        Ok(session)
+    }
+
+    fn check_host_key(&self, host: &SshHost, session: &Session) -> Result<(), BackendError> {
+        let refuse = |m: String| BackendError::Launch {
+            node: host.name.clone(),
+            message: m,
+        };
+        let (key, kind) = session
+            .host_key()
+            .ok_or_else(|| refuse("the server sent no host key".into()))?;
+        let mut known = session.known_hosts().map_err(|e| refuse(e.to_string()))?;
+        let path = &self.options.known_hosts;
+        if path.exists() {
+            known
+                .read_file(path, KnownHostFileKind::OpenSSH)
+                .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+        }
+        match known.check_port(&host.address, host.port, key) {
+            CheckResult::Match => Ok(()),
+            CheckResult::Mismatch => Err(refuse(format!(
+                "the host key of {}:{} does NOT match {}: refusing (it changed, or \
+                 someone is in between)",
+                host.address,
+                host.port,
+                path.display()
+            ))),
+            CheckResult::NotFound if self.options.accept_unknown_hosts => {
+                let name = if host.port == 22 {
+                    host.address.clone()
+                } else {
+                    format!("[{}]:{}", host.address, host.port)
+                };
+                known
+                    .add(&name, key, "added by hadar", kind.into())
+                    .and_then(|()| known.write_file(path, KnownHostFileKind::OpenSSH))
+                    .map_err(|e| {
+                        refuse(format!("recording the host key in {}: {e}", path.display()))
+                    })
+            }
+            CheckResult::NotFound | CheckResult::Failure => Err(refuse(format!(
+                "the host key of {}:{} is not in {}: refusing an unknown host \
+                 (add it with ssh-keyscan, or opt in to accepting unknown hosts)",
+                host.address,
+                host.port,
+                path.display()
+            ))),
+        }
+    }
+
+    fn session(&self, host: &SshHost, fresh: bool) -> Result<Arc<Mutex<Session>>, BackendError> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if !fresh {
+            if let Some(s) = sessions.get(&host.name) {
+                return Ok(Arc::clone(s));
+            }
+        }
+        let s = Arc::new(Mutex::new(self.connect(host)?));
+        sessions.insert(host.name.clone(), Arc::clone(&s));
+        Ok(s)
+    }
+
+    /// Runs `command` on `node` through its shell; its exit status and output.
+    fn exec(&self, node: &str, command: &str) -> Result<(i32, String), BackendError> {
+        let host = self.host(node)?;
+        let once = |fresh: bool| -> Result<(i32, String), BackendError> {
+            let session = self.session(host, fresh)?;
+            let session = session.lock().unwrap_or_else(|e| e.into_inner());
+            let fail = |e: ssh2::Error| BackendError::Unreachable {
+                node: node.to_string(),
+                message: e.to_string(),
+            };
+            let mut channel = session.channel_session().map_err(fail)?;
+            channel.exec(command).map_err(fail)?;
+            let mut out = String::new();
+            channel
+                .read_to_string(&mut out)
+                .map_err(|e| BackendError::Unreachable {
+                    node: node.to_string(),
+                    message: e.to_string(),
+                })?;
+            channel.wait_close().map_err(fail)?;
+            Ok((channel.exit_status().map_err(fail)?, out))
+        };
+        match once(false) {
+            Err(BackendError::Unreachable { .. }) => once(true),
+            other => other,
+        }
+    }
+
+    fn exec_blocking_status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
+        let dir = q(&task.workdir.display().to_string())?;
+        let pid = task.pid;
+        let cmd = format!(
+            "cd {dir} 2>/dev/null; if [ -f {EXIT_FILE} ]; then echo \"exit $(cat {EXIT_FILE})\"; \
+             elif kill -0 -- -{pid} 2>/dev/null; then echo running; else echo gone; fi; \
+             tail -c {LOG_TAIL_BYTES} {LOG_FILE} 2>/dev/null"
+        );
+        let (_, out) = self.exec(&task.node, &cmd)?;
+        let (first, log) = out.split_once('\n').unwrap_or((out.as_str(), ""));
+        let state = match first.trim() {
+            "running" => TaskState::Running,
+            s => TaskState::Exited {
+                code: s.strip_prefix("exit ").and_then(|c| c.trim().parse().ok()),
+            },
+        };
+        Ok(TaskStatus {
+            state,
+            report: last_report(log),
+        })
+    }
+
+    fn signal(&self, task: &TaskHandle, signal: &str) -> Result<(), BackendError> {
+        self.exec(
+            &task.node,
+            &format!("kill -{signal} -- -{} 2>/dev/null; true", task.pid),
+        )
+        .map(|_| ())
+    }
+}
+
+/// Signal names for `kill -NAME` (numbers work too).
+fn signal_name(signal: i32) -> String {
+    match signal {
+        1 => "HUP".into(),
+        2 => "INT".into(),
+        9 => "KILL".into(),
+        10 => "USR1".into(),
+        12 => "USR2".into(),
+        15 => "TERM".into(),
+        n => n.to_string(),
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for SshBackend {
+    fn name(&self) -> &str {
+        "ssh"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            virtual_time: false,
+            checkpoint: true,
+            gpu_binding: true,
+        }
+    }
+
+    async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
+        if spec.argv.is_empty() {
+            return Err(BackendError::Invalid(format!(
+                "job {}: empty command",
+                spec.job
+            )));
+        }
+        let dir = q(&spec.workdir.display().to_string())?;
+        let mut words = vec!["env".to_string()];
+        for (k, v) in spec.environment() {
+            words.push(q(&format!("{k}={v}"))?);
+        }
+        words.extend([
+            "setsid".into(),
+            "sh".into(),
+            "-c".into(),
+            q(WRAPPER)?,
+            "hadar-task".into(),
+        ]);
+        for a in &spec.argv {
+            words.push(q(a)?);
+        }
+        let cmd = format!(
+            "mkdir -p {dir} && cd {dir} && rm -f {EXIT_FILE} && {{ {} >> {LOG_FILE} 2>&1 < /dev/null & echo $!; }}",
+            words.join(" ")
+        );
+        let node = spec.node.clone();
+        let (code, out) = self.run(move |b| b.exec(&node, &cmd)).await?;
+        let pid: u32 = out.trim().parse().map_err(|_| BackendError::Launch {
+            node: spec.node.clone(),
+            message: format!(
+                "the launch printed {:?} (status {code}), not a pid",
+                out.trim()
+            ),
+        })?;
+        // A command that does not exist fails at once: report it as such.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let handle = TaskHandle {
+            node: spec.node.clone(),
+            pid,
+            workdir: spec.workdir.clone(),
+        };
+        let status = self.status(&handle).await?;
+        if status.state == (TaskState::Exited { code: Some(127) }) {
+            let log = self.log_tail(&handle).await.unwrap_or_default();
+            return Err(BackendError::Launch {
+                node: spec.node.clone(),
+                message: format!("{}: {}", spec.argv[0], log.trim()),
+            });
+        }
+        Ok(handle)
+    }
+
+    async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
+        let task = task.clone();
+        self.run(move |b| b.exec_blocking_status(&task)).await
+    }
+
+    async fn stop(
+        &self,
+        task: &TaskHandle,
+        policy: &StopPolicy,
+    ) -> Result<TaskStatus, BackendError> {
+        let start = Instant::now();
+        if self.status(task).await?.state == TaskState::Running {
+            let t = task.clone();
+            let name = signal_name(policy.signal);
+            self.run(move |b| b.signal(&t, &name)).await?;
+            while self.status(task).await?.state == TaskState::Running
+                && start.elapsed() < policy.grace
+            {
+                tokio::time::sleep(POLL).await;
+            }
+            if self.status(task).await?.state == TaskState::Running {
+                let t = task.clone();
+                self.run(move |b| b.signal(&t, "KILL")).await?;
+                while self.status(task).await?.state == TaskState::Running
+                    && start.elapsed() < policy.grace + Duration::from_secs(5)
+                {
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+        }
+        self.status(task).await
+    }
+
+    async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
+        let dir = q(&task.workdir.display().to_string())?;
+        let cmd = format!(
+            "kill -KILL -- -{} 2>/dev/null; rm -f {dir}/{LOG_FILE} {dir}/{EXIT_FILE}; true",
+            task.pid
+        );
+        let node = task.node.clone();
+        self.run(move |b| b.exec(&node, &cmd)).await.map(|_| ())
+    }
+}
+
+impl SshBackend {
+    /// The end of a task's log.
+    async fn log_tail(&self, task: &TaskHandle) -> Result<String, BackendError> {
+        let dir = q(&task.workdir.display().to_string())?;
+        let cmd = format!("tail -c 4096 {dir}/{LOG_FILE} 2>/dev/null; true");
+        let node = task.node.clone();
+        self.run(move |b| b.exec(&node, &cmd))
+            .await
+            .map(|(_, out)| out)
+    }
+}
