@@ -13,11 +13,12 @@ use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::process::Stdio;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hadar_core::runtime::protocol::last_report;
 use hadar_core::runtime::{
-    Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec, TaskState, TaskStatus,
+    stop_sequence, Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec,
+    TaskState, TaskStatus,
 };
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -168,24 +169,19 @@ impl Backend for LocalBackend {
         task: &TaskHandle,
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError> {
-        if self.state(task) == TaskState::Running {
-            let signal = Signal::try_from(policy.signal).map_err(|_| {
-                BackendError::Invalid(format!("{} is not a signal number", policy.signal))
-            })?;
-            Self::signal(task, Some(signal));
-            let start = Instant::now();
-            while self.state(task) == TaskState::Running && start.elapsed() < policy.grace {
-                tokio::time::sleep(POLL).await;
-            }
-            if self.state(task) == TaskState::Running {
-                Self::signal(task, Some(Signal::SIGKILL));
-                while self.state(task) == TaskState::Running
-                    && start.elapsed() < policy.grace + Duration::from_secs(5)
-                {
-                    tokio::time::sleep(POLL).await;
-                }
-            }
-        }
+        stop_sequence(
+            policy,
+            POLL,
+            || async { Ok(self.state(task) == TaskState::Running) },
+            |signal| async move {
+                let signal = Signal::try_from(signal).map_err(|_| {
+                    BackendError::Invalid(format!("{signal} is not a signal number"))
+                })?;
+                Self::signal(task, Some(signal));
+                Ok(())
+            },
+        )
+        .await?;
         self.read_status(task)
     }
 

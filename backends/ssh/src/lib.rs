@@ -18,11 +18,12 @@ use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hadar_core::runtime::protocol::last_report;
 use hadar_core::runtime::{
-    Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec, TaskState, TaskStatus,
+    stop_sequence, Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec,
+    TaskState, TaskStatus,
 };
 use ssh2::{CheckResult, KnownHostFileKind, Session};
 
@@ -378,26 +379,17 @@ impl Backend for SshBackend {
         task: &TaskHandle,
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError> {
-        let start = Instant::now();
-        if self.status(task).await?.state == TaskState::Running {
-            let t = task.clone();
-            let name = signal_name(policy.signal);
-            self.run(move |b| b.signal(&t, &name)).await?;
-            while self.status(task).await?.state == TaskState::Running
-                && start.elapsed() < policy.grace
-            {
-                tokio::time::sleep(POLL).await;
-            }
-            if self.status(task).await?.state == TaskState::Running {
+        stop_sequence(
+            policy,
+            POLL,
+            || async { Ok(self.status(task).await?.state == TaskState::Running) },
+            |signal| {
                 let t = task.clone();
-                self.run(move |b| b.signal(&t, "KILL")).await?;
-                while self.status(task).await?.state == TaskState::Running
-                    && start.elapsed() < policy.grace + Duration::from_secs(5)
-                {
-                    tokio::time::sleep(POLL).await;
-                }
-            }
-        }
+                let name = signal_name(signal);
+                self.run(move |b| b.signal(&t, &name))
+            },
+        )
+        .await?;
         self.status(task).await
     }
 

@@ -139,6 +139,44 @@ impl Default for StopPolicy {
     }
 }
 
+/// SIGKILL's number.
+pub const SIGKILL: i32 = 9;
+/// How long a backend waits, after SIGKILL, for a task to be gone.
+pub const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// The stop sequence every backend follows: send `policy.signal`, wait up to
+/// the grace period for the task to exit (looking every `poll`), then send
+/// SIGKILL and wait up to [`KILL_WAIT`] more. `running` says whether the task
+/// still runs; `send` delivers a signal number to it.
+pub async fn stop_sequence<R, FR, S, FS>(
+    policy: &StopPolicy,
+    poll: Duration,
+    mut running: R,
+    mut send: S,
+) -> Result<(), BackendError>
+where
+    R: FnMut() -> FR,
+    FR: std::future::Future<Output = Result<bool, BackendError>>,
+    S: FnMut(i32) -> FS,
+    FS: std::future::Future<Output = Result<(), BackendError>>,
+{
+    if !running().await? {
+        return Ok(());
+    }
+    let start = std::time::Instant::now();
+    send(policy.signal).await?;
+    while running().await? && start.elapsed() < policy.grace {
+        tokio::time::sleep(poll).await;
+    }
+    if running().await? {
+        send(SIGKILL).await?;
+        while running().await? && start.elapsed() < policy.grace + KILL_WAIT {
+            tokio::time::sleep(poll).await;
+        }
+    }
+    Ok(())
+}
+
 /// Errors of a backend.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
