@@ -4,7 +4,8 @@
 //! Softmax regression by minibatch SGD on a synthetic dataset (Gaussian
 //! classes, generated from a fixed seed, so every copy sees the same data):
 //! it resumes from `resume.safetensors`, reports progress and test accuracy on
-//! stdout, stops at the round deadline, on SIGTERM or when the job's total
+//! stdout, writes a checkpoint when the round's deadline passes (so that a
+//! stop then is quick) and goes on, stops on SIGTERM or when the job's total
 //! iterations are done, and always writes `checkpoint.safetensors`
 //! atomically before it exits.
 //!
@@ -100,12 +101,21 @@ fn run() -> Result<(), String> {
     let mut rng = model::rng(env.seed ^ model.step);
     let started = Instant::now();
     let mut iterations = 0u64;
+    let checkpoint = env.dir.join("checkpoint.safetensors");
+    let mut deadline = env.deadline;
     let done = loop {
         if model.step >= env.total {
             break true;
         }
-        if stop.load(Ordering::Relaxed) || env.deadline.is_some_and(|d| now_unix() >= d) {
+        if stop.load(Ordering::Relaxed) {
             break false;
+        }
+        if deadline.is_some_and(|d| now_unix() >= d) {
+            // The round ends: checkpoint now, so that a stop is quick; a task
+            // that keeps its GPUs just goes on.
+            model.save(&checkpoint)?;
+            report("HADAR_PROGRESS", iterations, &model, &data);
+            deadline = None;
         }
         model.sgd_step(&data, BATCH, env.lr, &mut rng);
         iterations += 1;
@@ -116,7 +126,7 @@ fn run() -> Result<(), String> {
             std::thread::sleep(env.iter_sleep);
         }
     };
-    model.save(&env.dir.join("checkpoint.safetensors"))?;
+    model.save(&checkpoint)?;
     report(
         if done { "HADAR_DONE" } else { "HADAR_PROGRESS" },
         iterations,

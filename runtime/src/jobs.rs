@@ -1,0 +1,194 @@
+//! The jobs file of a real run (TOML).
+//!
+//! ```toml
+//! [[job]]
+//! name = "mnist-a"                    # unique
+//! command = ["hadar-trainer"]         # argv: a program and its arguments
+//! iterations = 3000                   # total work
+//! gang = 1                            # GPUs at once (default 1)
+//! arrival = 0.0                       # seconds after the run starts (default 0)
+//! weight = 1.0                        # priority weight (default 1)
+//! throughput = { v100 = 2000.0, k80 = 700.0 }   # iterations/s estimates per GPU type
+//! env = { HADAR_TRAINER_ITER_US = "200" }        # extra environment (optional)
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use hadar_core::error::{read_to_string, Error, Location, Result};
+use hadar_core::job::{Job, JobId, Launch};
+use hadar_core::throughput::ThroughputTable;
+use serde::Deserialize;
+
+/// One job of a real run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunJob {
+    /// Unique name.
+    pub name: String,
+    /// The command, as argv.
+    pub command: Vec<String>,
+    /// Total iterations.
+    pub iterations: u64,
+    /// Gang size.
+    #[serde(default = "one")]
+    pub gang: u32,
+    /// Arrival, in seconds after the start.
+    #[serde(default)]
+    pub arrival: f64,
+    /// Priority weight.
+    #[serde(default = "one_f")]
+    pub weight: f64,
+    /// Iterations/s of the whole gang on each GPU type (estimates).
+    pub throughput: BTreeMap<String, f64>,
+    /// Extra environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn one_f() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobsFile {
+    #[serde(default)]
+    job: Vec<RunJob>,
+}
+
+/// Reads and checks a jobs file; jobs come back sorted by arrival (their ids).
+pub fn read_jobs(path: &Path) -> Result<Vec<RunJob>> {
+    let text = read_to_string(path)?;
+    parse_jobs(&text, &path.display().to_string())
+}
+
+/// Parses a jobs file.
+pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
+    let at = Location::new(source);
+    let file: JobsFile = toml::from_str(text)
+        .map_err(|e| Error::parse(at.clone(), e.to_string().trim_end().replace('\n', "\n  ")))?;
+    if file.job.is_empty() {
+        return Err(Error::parse(at.field("job"), "no [[job]] tables"));
+    }
+    let mut jobs = file.job;
+    for (i, j) in jobs.iter().enumerate() {
+        let f = |name: &str| at.field(format!("job[{i}].{name}"));
+        if j.command.is_empty() {
+            return Err(Error::parse(
+                f("command"),
+                "empty; give the program and its arguments",
+            ));
+        }
+        if j.iterations == 0 {
+            return Err(Error::parse(f("iterations"), "must be at least 1"));
+        }
+        if j.gang == 0 {
+            return Err(Error::parse(f("gang"), "must be at least 1"));
+        }
+        if !(j.arrival >= 0.0 && j.arrival.is_finite()) {
+            return Err(Error::parse(f("arrival"), "must be seconds >= 0"));
+        }
+        if !(j.weight > 0.0 && j.weight.is_finite()) {
+            return Err(Error::parse(f("weight"), "must be > 0"));
+        }
+        if j.throughput.values().all(|r| *r <= 0.0) {
+            return Err(Error::parse(
+                f("throughput"),
+                "give at least one GPU type with a rate > 0 (iterations/s)",
+            ));
+        }
+        if jobs[..i].iter().any(|o| o.name == j.name) {
+            return Err(Error::parse(
+                f("name"),
+                format!("`{}` appears twice", j.name),
+            ));
+        }
+    }
+    jobs.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
+    Ok(jobs)
+}
+
+/// The engine's view: jobs (their names are their types) and a throughput
+/// table made of their estimates.
+pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
+    let mut table = ThroughputTable::default();
+    let model = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            for (ty, rate) in &j.throughput {
+                table.set_isolated(&j.name, j.gang, ty, *rate);
+            }
+            Job {
+                id: JobId(i as u32),
+                job_type: j.name.clone(),
+                scale_factor: j.gang,
+                total_steps: j.iterations,
+                arrival_s: j.arrival,
+                priority_weight: j.weight,
+                slo_s: None,
+                launch: Launch {
+                    command: j.command.join(" "),
+                    ..Launch::default()
+                },
+            }
+        })
+        .collect();
+    (model, table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_checks() {
+        let text = r#"
+[[job]]
+name = "b"
+command = ["t"]
+iterations = 10
+arrival = 5
+throughput = { v100 = 2.0 }
+
+[[job]]
+name = "a"
+command = ["t", "--x"]
+iterations = 20
+gang = 2
+throughput = { v100 = 4.0, k80 = 1.0 }
+"#;
+        let jobs = parse_jobs(text, "j.toml").unwrap();
+        assert_eq!(jobs[0].name, "a", "sorted by arrival");
+        let (model, table) = to_model(&jobs);
+        assert_eq!(model[0].scale_factor, 2);
+        assert_eq!(table.isolated("a", 2, "k80"), Some(1.0));
+        for (bad, needle) in [
+            ("", "no [[job]]"),
+            (
+                "[[job]]\nname='a'\ncommand=[]\niterations=1\nthroughput={v100=1.0}",
+                "job[0].command",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=0\nthroughput={v100=1.0}",
+                "job[0].iterations",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=0.0}",
+                "throughput",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\ncolour=1",
+                "unknown field",
+            ),
+        ] {
+            let err = parse_jobs(bad, "j.toml").unwrap_err().to_string();
+            assert!(err.contains(needle), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Real runs on the local backend: the example trainer scheduled round by
+//! round by Hadar and HadarE, and a run interrupted and resumed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hadar_backend_local::LocalBackend;
+use hadar_core::cluster::Cluster;
+use hadar_core::runtime::StopPolicy;
+use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
+use hadar_runtime::jobs::parse_jobs;
+use hadar_runtime::{load_state, run, RunConfig};
+use hadar_tests::conformance::local_trainer;
+
+const CLUSTER: &str = r#"
+[[node]]
+name = "fast"
+gpus = { v100 = 2 }
+[[node]]
+name = "slow"
+gpus = { k80 = 2 }
+"#;
+
+fn jobs_toml(iterations: u64) -> String {
+    let trainer = local_trainer().display().to_string();
+    let mut s = String::new();
+    for (i, (gang, arrival)) in [(1, 0.0), (2, 0.0), (1, 0.5), (1, 1.0)].iter().enumerate() {
+        s.push_str(&format!(
+            "[[job]]\nname = \"job{i}\"\ncommand = [\"{trainer}\"]\niterations = {iterations}\n\
+             gang = {gang}\narrival = {arrival}\nthroughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
+             env = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n\n"
+        ));
+    }
+    s
+}
+
+fn config(policy: PolicyKind, dir: &std::path::Path, iterations: u64) -> RunConfig {
+    RunConfig {
+        cluster: Arc::new(Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster")),
+        jobs: parse_jobs(&jobs_toml(iterations), "jobs.toml").expect("jobs"),
+        policy,
+        scheduler: SchedulerSettings::default(),
+        round_s: 1.0,
+        state_dir: dir.to_path_buf(),
+        stop: StopPolicy {
+            signal: 15,
+            grace: Duration::from_secs(5),
+        },
+        poll: Duration::from_millis(100),
+    }
+}
+
+/// Runs to the end; returns the names of the task directories it made.
+async fn finish(policy: PolicyKind) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(policy, dir.path(), 3000);
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    assert_eq!(report.jobs.len(), 4);
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert!(j.jct_s.expect("jct") > 0.0);
+        assert!(j.iterations >= 3000, "{j:?}");
+        // Real learning: the trainer's test accuracy, reported at the end.
+        assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
+    }
+    assert!(
+        report.utilization > 0.0 && report.utilization <= 1.0,
+        "{report:?}"
+    );
+    assert!(report.rounds >= 2);
+    std::fs::read_dir(dir.path().join("tasks"))
+        .expect("tasks")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hadar_runs_real_jobs_to_completion() {
+    let tasks = finish(PolicyKind::Hadar).await;
+    assert!(
+        tasks.iter().all(|t| t.ends_with("copy0")),
+        "no copies: {tasks:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hadare_runs_and_merges_copies() {
+    let tasks = finish(PolicyKind::HadarE).await;
+    // Copies ran (copy index >= 1), so their checkpoints were merged.
+    assert!(tasks.iter().any(|t| !t.ends_with("copy0")), "{tasks:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_run_resumes_without_redoing_work() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(PolicyKind::Hadar, dir.path(), 6000);
+    // Start, then drop the run mid-way (as a killed `hadar run` would stop):
+    // its tasks keep running, its state is on disk.
+    let first = tokio::time::timeout(
+        Duration::from_millis(2500),
+        run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {}),
+    )
+    .await;
+    assert!(first.is_err(), "the first run was cut short");
+    let saved = load_state(dir.path()).expect("state").expect("saved");
+    let done_before: u64 = saved.jobs.iter().map(|p| p.done).sum();
+    assert!(done_before > 0, "progress was saved");
+    // A new runtime with a new backend picks it up.
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("resumed run");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
+    }
+    // No job ran twice at once: task directories are unique per job, round and copy.
+    let tasks = std::fs::read_dir(dir.path().join("tasks"))
+        .expect("tasks")
+        .count();
+    assert!(tasks >= 4);
+}
