@@ -10,6 +10,8 @@ pub const EXIT_SOLVER: u8 = 4;
 pub const EXIT_CHECK_FAILED: u8 = 5;
 /// Exit code: writing output failed.
 pub const EXIT_OUTPUT: u8 = 6;
+/// Exit code: a real run stopped on a backend or checkpoint error.
+pub const EXIT_RUN: u8 = 7;
 
 /// An error of the `hadar` command.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +22,9 @@ pub enum CliError {
     /// From checkpoint merging (`hadar merge`).
     #[error(transparent)]
     Checkpoint(#[from] hadar_checkpoint::MergeError),
+    /// A real run stopped.
+    #[error("the run stopped: {0}")]
+    Run(hadar_runtime::RunError),
     /// A command-line value that clap could not check by itself.
     #[error("{0}")]
     Usage(String),
@@ -46,6 +51,9 @@ impl CliError {
             | Self::Core(CoreError::Inconsistent { .. } | CoreError::Setting { .. }) => EXIT_INPUT,
             Self::Checkpoint(e) if e.is_write_error() => EXIT_OUTPUT,
             Self::Checkpoint(_) => EXIT_INPUT,
+            Self::Run(hadar_runtime::RunError::Core(CoreError::Solver { .. })) => EXIT_SOLVER,
+            Self::Run(hadar_runtime::RunError::Core(_)) => EXIT_INPUT,
+            Self::Run(_) => EXIT_RUN,
             Self::Usage(_) => 2,
             Self::CheckFailed(_) => EXIT_CHECK_FAILED,
             Self::Output { .. } => EXIT_OUTPUT,

@@ -45,6 +45,8 @@ enum Command {
     Reproduce(cmd::reproduce::ReproduceArgs),
     Policies(cmd::policies::PoliciesArgs),
     Merge(cmd::merge::MergeArgs),
+    Run(cmd::run::RunArgs),
+    Status(cmd::run::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +58,8 @@ fn main() -> ExitCode {
         Command::Reproduce(args) => cmd::reproduce::run(args),
         Command::Policies(args) => cmd::policies::run(args),
         Command::Merge(args) => cmd::merge::run(args),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Status(args) => cmd::run::status(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -282,3 +282,85 @@ fn merge_averages_copies_from_the_command_line() {
     // 0.75 * a + 0.25 * b
     assert_eq!(v, vec![1.5, 3.0]);
 }
+
+#[test]
+fn run_real_jobs_locally_then_status() {
+    let hadar_bin = Path::new(env!("CARGO_BIN_EXE_hadar"));
+    let trainer = hadar_bin.with_file_name("hadar-trainer");
+    assert!(
+        trainer.is_file(),
+        "{} is missing: cargo build -p hadar-example-trainer (cargo test --workspace builds it)",
+        trainer.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let jobs = dir.path().join("jobs.toml");
+    let mut text = String::new();
+    for (i, gang) in [1, 2, 1].iter().enumerate() {
+        text.push_str(&format!(
+            "[[job]]\nname = \"j{i}\"\ncommand = [\"{}\"]\niterations = 2000\ngang = {gang}\n\
+             throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\nenv = {{ HADAR_TRAINER_ITER_US = \"200\" }}\n\n",
+            trainer.display()
+        ));
+    }
+    std::fs::write(&jobs, text).expect("jobs");
+    let state = dir.path().join("state");
+    let o = hadar(&[
+        "run",
+        "--cluster",
+        root.join("examples/local/cluster.toml")
+            .to_str()
+            .expect("utf-8"),
+        "--jobs",
+        jobs.to_str().expect("utf-8"),
+        "--round-seconds",
+        "1",
+        "--state",
+        state.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let jobs = v["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 3);
+    for j in jobs {
+        assert_eq!(j["state"], "finished", "{j}");
+        assert!(j["jct_s"].as_f64().expect("jct") > 0.0);
+        assert!(
+            j["metrics"]["accuracy"].as_f64().expect("accuracy") > 0.9,
+            "{j}"
+        );
+    }
+    let o = hadar(&[
+        "status",
+        "--state",
+        state.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(v["jobs"][2]["state"], "finished");
+    // A missing program is named, with how to get it.
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[[job]]\nname = \"x\"\ncommand = [\"./no-such-trainer\"]\niterations = 5\nthroughput = { v100 = 1.0 }\n",
+    )
+    .expect("bad");
+    let o = hadar(&[
+        "run",
+        "--cluster",
+        root.join("examples/local/cluster.toml")
+            .to_str()
+            .expect("utf-8"),
+        "--jobs",
+        dir.path().join("bad.toml").to_str().expect("utf-8"),
+        "--state",
+        state.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no-such-trainer does not exist"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -6,7 +6,7 @@
 //! (the order of the cluster definition).
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -388,8 +388,20 @@ fn validate_type_name(ty: &str, location: &Location) -> Result<()> {
 struct ClusterFile {
     /// Placement order of the types; defaults to order of first appearance.
     gpu_types: Option<Vec<String>>,
+    /// How to reach the nodes over SSH (real runs only).
+    ssh: Option<SshDefaults>,
     #[serde(default)]
     node: Vec<NodeSpec>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SshDefaults {
+    user: Option<String>,
+    key: Option<PathBuf>,
+    known_hosts: Option<PathBuf>,
+    #[serde(default)]
+    accept_unknown_hosts: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -400,6 +412,11 @@ struct NodeSpec {
     count: Option<u32>,
     /// GPU type -> count, in the order written.
     gpus: toml::map::Map<String, toml::Value>,
+    /// Address for real runs over SSH.
+    address: Option<String>,
+    port: Option<u16>,
+    user: Option<String>,
+    key: Option<PathBuf>,
 }
 
 impl NodeSpec {
@@ -422,9 +439,115 @@ impl NodeSpec {
     }
 }
 
+/// How a real run reaches one node over SSH.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAccess {
+    /// The node's name.
+    pub name: String,
+    /// Host name or address.
+    pub address: String,
+    /// SSH port.
+    pub port: u16,
+    /// Login.
+    pub user: String,
+    /// Private key.
+    pub key: PathBuf,
+}
+
+/// The SSH part of a cluster file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AccessConfig {
+    /// Nodes that have an address.
+    pub nodes: Vec<NodeAccess>,
+    /// The known_hosts file host keys are checked against.
+    pub known_hosts: Option<PathBuf>,
+    /// Whether unknown host keys are accepted (and recorded).
+    pub accept_unknown_hosts: bool,
+}
+
+/// Reads the SSH access of a cluster TOML document: per node `address`,
+/// `port` (22), `user` and `key`, with defaults from an `[ssh]` table
+/// (`user`, `key`, `known_hosts`, `accept_unknown_hosts`).
+pub fn access_from_toml_str(text: &str, source: &str) -> Result<AccessConfig> {
+    let location = Location::new(source);
+    let file: ClusterFile = toml::from_str(text).map_err(|e| {
+        Error::parse(
+            location.clone(),
+            e.to_string().trim_end().replace('\n', "\n  "),
+        )
+    })?;
+    let defaults = file.ssh.unwrap_or_default();
+    let mut nodes = Vec::new();
+    for (i, spec) in file.node.iter().enumerate() {
+        let Some(address) = &spec.address else {
+            continue;
+        };
+        let at = |f: &str| location.field(format!("node[{i}].{f}"));
+        if spec.count.unwrap_or(1) > 1 {
+            return Err(Error::parse(
+                at("address"),
+                "a node with an address stands for one machine; drop `count` or list the nodes one by one",
+            ));
+        }
+        let user = spec.user.clone().or(defaults.user.clone()).ok_or_else(|| {
+            Error::parse(at("user"), "no SSH user: set it on the node or in [ssh]")
+        })?;
+        let key =
+            spec.key.clone().or(defaults.key.clone()).ok_or_else(|| {
+                Error::parse(at("key"), "no SSH key: set it on the node or in [ssh]")
+            })?;
+        nodes.push(NodeAccess {
+            name: spec.name.clone().unwrap_or_else(|| format!("node{i}")),
+            address: address.clone(),
+            port: spec.port.unwrap_or(22),
+            user,
+            key,
+        });
+    }
+    Ok(AccessConfig {
+        nodes,
+        known_hosts: defaults.known_hosts,
+        accept_unknown_hosts: defaults.accept_unknown_hosts,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ssh_access_with_defaults() {
+        let text = r#"
+[ssh]
+user = "root"
+key = "/k"
+known_hosts = "/kh"
+[[node]]
+name = "h1"
+address = "10.0.0.1"
+gpus = { v100 = 2 }
+[[node]]
+name = "h2"
+address = "10.0.0.2"
+port = 2222
+user = "me"
+gpus = { k80 = 2 }
+[[node]]
+name = "plain"
+gpus = { k80 = 1 }
+"#;
+        let c = Cluster::from_toml_str(text, "c.toml").unwrap();
+        assert_eq!(c.nodes().len(), 3);
+        let a = access_from_toml_str(text, "c.toml").unwrap();
+        assert_eq!(a.nodes.len(), 2);
+        assert_eq!(a.nodes[1].port, 2222);
+        assert_eq!(a.nodes[1].user, "me");
+        assert_eq!(a.nodes[0].key, PathBuf::from("/k"));
+        assert_eq!(a.known_hosts, Some(PathBuf::from("/kh")));
+        let bad = "[[node]]\nname='x'\naddress='h'\ngpus={v100=1}";
+        let err = access_from_toml_str(bad, "c.toml").unwrap_err().to_string();
+        assert!(err.contains("no SSH user"), "{err}");
+    }
 
     #[test]
     fn short_form_one_gpu_per_node() {
