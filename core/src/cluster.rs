@@ -342,6 +342,33 @@ impl Cluster {
         self.gpus.len()
     }
 
+    /// The same cluster without the nodes named in `gone` (nodes that failed).
+    /// GPU ids are renumbered; type ids and order stay.
+    pub fn without(&self, gone: &[String]) -> Result<Self> {
+        let nodes = self
+            .nodes
+            .iter()
+            .filter(|n| !gone.contains(&n.name))
+            .map(|n| {
+                let gpus = n
+                    .gpus
+                    .iter()
+                    .map(|&(t, c)| (self.gpu_types[t.index()].as_str(), c))
+                    .collect();
+                (n.name.clone(), gpus)
+            });
+        Self::from_nodes(Some(&self.gpu_types), nodes, &Location::new("cluster"))
+    }
+
+    /// The GPU on node `node` with local index `local`, if there is one.
+    pub fn find_gpu(&self, node: &str, local: u32) -> Option<GpuId> {
+        let n = self.nodes.iter().position(|x| x.name == node)?;
+        self.gpus
+            .iter()
+            .position(|g| g.node.index() == n && g.local_index == local)
+            .map(|i| GpuId(i as u32))
+    }
+
     /// A short description such as `v100=4,p100=4,k80=4 on 12 nodes`.
     pub fn summary(&self) -> String {
         let counts = self.gpus_per_type();

@@ -109,7 +109,8 @@ pub enum Event {
 struct Running {
     job: u32,
     copy: u32,
-    gpus: Vec<u32>,
+    /// (node, GPU index on the node).
+    gpus: Vec<(String, u32)>,
     handle: TaskHandle,
     /// The job's iterations when the task started.
     base: u64,
@@ -143,6 +144,8 @@ pub struct RunState {
     pub jobs: Vec<JobProgress>,
     /// Busy GPU-seconds so far.
     pub gpu_busy_s: f64,
+    /// Nodes that became unreachable (no more tasks go there).
+    pub gone: Vec<String>,
     running: Vec<Running>,
 }
 
@@ -223,7 +226,50 @@ fn latest(dir: &Path, job: u32) -> PathBuf {
         .join("latest.safetensors")
 }
 
+/// The node a backend error says is gone, if it says so.
+fn lost_node(e: &BackendError) -> Option<String> {
+    match e {
+        BackendError::Unreachable { node, .. } => Some(node.clone()),
+        _ => None,
+    }
+}
+
+/// The engine's model for the nodes still there: cluster, workload, scheduler.
+type Model = (
+    Arc<Cluster>,
+    Workload,
+    Box<dyn hadar_core::scheduler::Scheduler>,
+);
+
+/// Builds the engine's model for the nodes still there.
+fn model(config: &RunConfig, gone: &[String]) -> Result<Model, RunError> {
+    let cluster = Arc::new(config.cluster.without(gone)?);
+    let (jobs, table) = jobs::to_model(&config.jobs);
+    let workload = Workload::new(jobs, cluster.clone(), Arc::new(table), "jobs")?;
+    let scheduler = build(config.policy, &workload, &config.scheduler)?;
+    Ok((cluster, workload, scheduler))
+}
+
+/// Forgets the tasks of a node that is gone: their work since their job's
+/// last checkpoint is lost, and their jobs are rescheduled elsewhere.
+fn drop_node(state: &mut RunState, node: &str) {
+    if !state.gone.iter().any(|g| g == node) {
+        state.gone.push(node.to_string());
+    }
+    let (lost, kept): (Vec<Running>, Vec<Running>) = std::mem::take(&mut state.running)
+        .into_iter()
+        .partition(|r| r.handle.node == node);
+    state.running = kept;
+    for r in lost {
+        let p = &mut state.jobs[r.job as usize];
+        p.done = p.done.min(r.base);
+    }
+}
+
 /// Runs (or resumes) the jobs to completion and reports.
+///
+/// A node that becomes unreachable is dropped: its tasks' jobs go back to
+/// their last checkpoints and are scheduled on the other nodes.
 pub async fn run(
     config: &RunConfig,
     backend: Arc<dyn Backend>,
@@ -231,9 +277,7 @@ pub async fn run(
 ) -> Result<RunReport, RunError> {
     let dir = &config.state_dir;
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-    let (model, table) = jobs::to_model(&config.jobs);
-    let workload = Workload::new(model, config.cluster.clone(), Arc::new(table), "jobs")?;
-    let n = workload.jobs().len();
+    let n = config.jobs.len();
     let mut state = match load_state(dir)? {
         Some(s) if s.jobs.len() == n => s,
         _ => RunState {
@@ -242,13 +286,19 @@ pub async fn run(
             ..RunState::default()
         },
     };
-    let mut scheduler = build(config.policy, &workload, &config.scheduler)?;
+    let (mut cluster, mut workload, mut scheduler) = model(config, &state.gone)?;
     let mut jobs_state = JobsState::new(&workload);
     let mut arrived = Vec::new();
     let mut completed = Vec::new();
     let mut last_round: Option<RoundReport> = None;
-    let cluster = &config.cluster;
+    let mut known_gone = state.gone.len();
     loop {
+        if state.gone.len() != known_gone {
+            known_gone = state.gone.len();
+            (cluster, workload, scheduler) = model(config, &state.gone)?;
+            jobs_state = JobsState::new(&workload);
+            last_round = None;
+        }
         let now = unix_now() - state.started_unix_s;
         // The engine's view of progress, from the saved state.
         for (j, p) in state.jobs.iter().enumerate() {
@@ -290,27 +340,56 @@ pub async fn run(
         };
         arrived.clear();
         completed.clear();
-        let desired: HashMap<(u32, u32), Vec<u32>> = decision
+        let where_ = |g: GpuId| {
+            let gpu = cluster.gpu(g);
+            (
+                cluster.nodes()[gpu.node.index()].name.clone(),
+                gpu.local_index,
+            )
+        };
+        let desired: HashMap<(u32, u32), Vec<(String, u32)>> = decision
             .tasks
             .iter()
-            .map(|t| ((t.job.0, t.copy), t.gpus.iter().map(|g| g.0).collect()))
+            .map(|t| {
+                (
+                    (t.job.0, t.copy),
+                    t.gpus.iter().map(|&g| where_(g)).collect(),
+                )
+            })
             .collect();
         // Stop what changed; keep what stays.
         let mut keep = Vec::new();
         let mut stopped: HashMap<u32, Vec<Running>> = HashMap::new();
-        for r in std::mem::take(&mut state.running) {
+        let mut lost = Vec::new();
+        for mut r in std::mem::take(&mut state.running) {
             if desired.get(&(r.job, r.copy)) == Some(&r.gpus) {
                 keep.push(r);
-            } else {
-                let status = backend.stop(&r.handle, &config.stop).await?;
-                let mut r = r;
-                absorb(&mut state, &mut r, &status);
-                stopped.entry(r.job).or_default().push(r);
+                continue;
+            }
+            match backend.stop(&r.handle, &config.stop).await {
+                Ok(status) => {
+                    absorb(&mut state, &mut r, &status);
+                    stopped.entry(r.job).or_default().push(r);
+                }
+                Err(e) => match lost_node(&e) {
+                    Some(node) => {
+                        lost.push(node);
+                        keep.push(r);
+                    }
+                    None => return Err(e.into()),
+                },
             }
         }
         state.running = keep;
         for (job, tasks) in stopped {
-            collect_checkpoints(dir, job, &tasks, backend.as_ref()).await?;
+            collect_checkpoints(dir, job, &tasks).await?;
+        }
+        for node in lost {
+            drop_node(&mut state, &node);
+        }
+        if state.gone.len() != known_gone {
+            save_state(dir, &state)?;
+            continue;
         }
         // Start what is new.
         for t in &decision.tasks {
@@ -319,9 +398,7 @@ pub async fn run(
                 continue;
             }
             let job = &config.jobs[t.job.index()];
-            let node = cluster.nodes()[cluster.gpu(t.gpus[0]).node.index()]
-                .name
-                .clone();
+            let node = where_(t.gpus[0]).0;
             let workdir = dir.join("tasks").join(format!(
                 "job{}-round{}-copy{}",
                 t.job.0, state.round, t.copy
@@ -335,7 +412,7 @@ pub async fn run(
                 job: t.job,
                 copy: t.copy,
                 round: state.round,
-                node,
+                node: node.clone(),
                 gpus: t.gpus.iter().map(|&g| cluster.gpu(g).local_index).collect(),
                 gpu_types: t
                     .gpus
@@ -353,7 +430,16 @@ pub async fn run(
                 deadline_unix_s: state.started_unix_s + round_start + config.round_s,
                 seed: u64::from(t.copy) * 7919 + state.round,
             };
-            let handle = backend.launch(&spec).await?;
+            let handle = match backend.launch(&spec).await {
+                Ok(h) => h,
+                Err(e) => match lost_node(&e) {
+                    Some(node) => {
+                        drop_node(&mut state, &node);
+                        continue;
+                    }
+                    None => return Err(e.into()),
+                },
+            };
             let base = state.jobs[t.job.index()].done;
             state.jobs[t.job.index()]
                 .started_s
@@ -361,13 +447,16 @@ pub async fn run(
             state.running.push(Running {
                 job: t.job.0,
                 copy: t.copy,
-                gpus: t.gpus.iter().map(|g| g.0).collect(),
+                gpus: desired[&key].clone(),
                 handle,
                 base,
                 iterations: 0,
                 started_s: round_start,
             });
         }
+        // Tasks launched on a node that was lost meanwhile.
+        let gone = state.gone.clone();
+        state.running.retain(|r| !gone.contains(&r.handle.node));
         state.round += 1;
         save_state(dir, &state)?;
         on_event(Event::Round {
@@ -382,8 +471,18 @@ pub async fn run(
             let now = unix_now() - state.started_unix_s;
             let mut finished_jobs = Vec::new();
             let mut exited = Vec::new();
+            let mut lost = Vec::new();
             for (i, r) in state.running.iter_mut().enumerate() {
-                let status = backend.status(&r.handle).await?;
+                let status = match backend.status(&r.handle).await {
+                    Ok(s) => s,
+                    Err(e) => match lost_node(&e) {
+                        Some(node) => {
+                            lost.push(node);
+                            continue;
+                        }
+                        None => return Err(e.into()),
+                    },
+                };
                 let before = r.iterations;
                 absorb_progress(&mut state.jobs, r, &status);
                 *reports.entry((r.job, r.copy)).or_default() +=
@@ -391,13 +490,12 @@ pub async fn run(
                 on_event(Event::Progress {
                     job: r.job as usize,
                     done: state.jobs[r.job as usize].done,
-                    total: workload.jobs()[r.job as usize].total_steps,
+                    total: config.jobs[r.job as usize].iterations,
                 });
                 if let TaskState::Exited { .. } = status.state {
                     exited.push(i);
                     if status.finished()
-                        || state.jobs[r.job as usize].done
-                            >= workload.jobs()[r.job as usize].total_steps
+                        || state.jobs[r.job as usize].done >= config.jobs[r.job as usize].iterations
                     {
                         finished_jobs.push(r.job);
                     }
@@ -418,15 +516,16 @@ pub async fn run(
                         .partition(|r| r.job == job);
                 state.running = rest;
                 for mut r in others {
-                    let s = backend.stop(&r.handle, &config.stop).await?;
-                    absorb(&mut state, &mut r, &s);
+                    if let Ok(s) = backend.stop(&r.handle, &config.stop).await {
+                        absorb(&mut state, &mut r, &s);
+                    }
                     gone.entry(job).or_default().push(r);
                 }
                 let p = &mut state.jobs[job as usize];
                 if p.finished_s.is_none() {
                     p.finished_s = Some(now);
-                    p.done = p.done.max(workload.jobs()[job as usize].total_steps);
-                    let jct = now - workload.jobs()[job as usize].arrival_s;
+                    p.done = p.done.max(config.jobs[job as usize].iterations);
+                    let jct = now - config.jobs[job as usize].arrival;
                     completed.push(JobId(job));
                     on_event(Event::Finished {
                         job: job as usize,
@@ -435,16 +534,21 @@ pub async fn run(
                 }
             }
             for (job, tasks) in gone {
-                collect_checkpoints(dir, job, &tasks, backend.as_ref()).await?;
+                collect_checkpoints(dir, job, &tasks).await?;
+            }
+            for node in &lost {
+                drop_node(&mut state, node);
             }
             save_state(dir, &state)?;
-            let arrivals_due = workload.jobs().iter().zip(&state.jobs).any(|(j, p)| {
-                p.finished_s.is_none()
-                    && j.arrival_s <= now
-                    && !state.running.iter().any(|r| r.job == j.id.0)
+            if !lost.is_empty() {
+                break;
+            }
+            let waiting = config.jobs.iter().enumerate().any(|(j, job)| {
+                state.jobs[j].finished_s.is_none()
+                    && job.arrival <= now
+                    && !state.running.iter().any(|r| r.job as usize == j)
             });
-            if now >= round_end
-                || (state.running.is_empty() && (arrivals_due || !completed.is_empty()))
+            if now >= round_end || (state.running.is_empty() && (waiting || !completed.is_empty()))
             {
                 break;
             }
@@ -459,13 +563,17 @@ pub async fn run(
             tasks: state
                 .running
                 .iter()
-                .map(|r| TaskReport {
-                    job: JobId(r.job),
-                    copy: r.copy,
-                    gpus: r.gpus.len() as u32,
-                    steps: reports.get(&(r.job, r.copy)).copied().unwrap_or(0),
-                    busy_s: now - round_start,
-                    gpu_type: Some(cluster.gpu(GpuId(r.gpus[0])).gpu_type),
+                .filter_map(|r| {
+                    let (node, local) = &r.gpus[0];
+                    let g = cluster.find_gpu(node, *local)?;
+                    Some(TaskReport {
+                        job: JobId(r.job),
+                        copy: r.copy,
+                        gpus: r.gpus.len() as u32,
+                        steps: reports.get(&(r.job, r.copy)).copied().unwrap_or(0),
+                        busy_s: now - round_start,
+                        gpu_type: Some(cluster.gpu(g).gpu_type),
+                    })
                 })
                 .collect(),
         });
@@ -494,12 +602,7 @@ fn absorb(state: &mut RunState, r: &mut Running, status: &TaskStatus) {
 
 /// Makes the stopped tasks' checkpoints the job's latest: one task's is
 /// copied; several copies' are merged, weighted by the iterations each did.
-async fn collect_checkpoints(
-    dir: &Path,
-    job: u32,
-    tasks: &[Running],
-    _backend: &dyn Backend,
-) -> Result<(), RunError> {
+async fn collect_checkpoints(dir: &Path, job: u32, tasks: &[Running]) -> Result<(), RunError> {
     let files: Vec<(PathBuf, u64)> = tasks
         .iter()
         .map(|r| (r.handle.workdir.join(CHECKPOINT_FILE), r.iterations))

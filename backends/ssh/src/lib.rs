@@ -38,10 +38,15 @@ const LOG_TAIL_BYTES: usize = 64 * 1024;
 
 /// Runs the task (`"$@"`) in the background, forwards TERM and INT to it, and
 /// writes its exit status to `exit_code` once it has really exited.
+///
+/// A `wait` cut short by the trap returns 128 + the signal; the shell may
+/// already have reaped the task then, so one more `wait` fetches its real
+/// status (127 means there is none left to fetch).
 const WRAPPER: &str = r#""$@" & c=$!
 trap 'kill -TERM "$c" 2>/dev/null' TERM
 trap 'kill -INT "$c" 2>/dev/null' INT
 while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || break; done
+wait "$c" 2>/dev/null; t=$?; [ "$t" -ne 127 ] && s=$t
 echo "$s" > exit_code"#;
 
 /// One host.
@@ -166,8 +171,8 @@ impl Inner {
                     host.key.display()
                 ),
             })?;
-        // Long-running reads (a stop's wait) must not time out the session.
-        session.set_timeout(0);
+        // Every command is short (a stop polls), so the timeout stays on: a
+        // host that stops answering times out and counts as unreachable.
         Ok(session)
     }
 

@@ -49,7 +49,7 @@ pub struct Decision {
 }
 
 /// Decides rounds.
-pub trait Scheduler {
+pub trait Scheduler: Send {
     /// The policy's name, as accepted on the command line.
     fn name(&self) -> &str;
     /// Plans one round.

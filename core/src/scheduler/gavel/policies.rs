@@ -43,7 +43,7 @@ impl AllocationInput<'_> {
 }
 
 /// A policy computing an allocation.
-pub trait AllocationPolicy {
+pub trait AllocationPolicy: Send {
     /// Computes `X` (row-major, `jobs.len() * k`).
     fn allocate(&mut self, input: &AllocationInput<'_>) -> Result<Vec<f64>>;
 }
