@@ -31,7 +31,14 @@ down() {
     for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     rm -f "$f"
   done
-  for spec in $HOSTS; do ip netns delete "hadar-${spec%%:*}" 2>/dev/null || true; done
+  for spec in $HOSTS; do
+    name=${spec%%:*}
+    # Tasks started over SSH live in the namespace too; a namespace with
+    # processes left in it would outlive its name (and keep its address).
+    ip netns pids "hadar-$name" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns delete "hadar-$name" 2>/dev/null || true
+    ip link delete "veth-hd-$name" 2>/dev/null || true
+  done
   ip link delete "$BR" 2>/dev/null || true
 }
 
@@ -84,6 +91,7 @@ up() {
     ns=hadar-$name
     if ! ip netns list | grep -qw "$ns"; then
       ip netns add "$ns"
+      ip link delete "veth-hd-$name" 2>/dev/null || true   # left over from a namespace deleted by hand
       ip link add "veth-hd-$name" type veth peer name eth0 netns "$ns"
       ip link set "veth-hd-$name" master "$BR" up
       ip -n "$ns" addr add "$ip/24" dev eth0

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use hadar_core::runtime::protocol::last_report;
 use hadar_core::runtime::{
-    stop_sequence, Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec,
-    TaskState, TaskStatus,
+    Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec, TaskState, TaskStatus,
+    KILL_WAIT,
 };
 use ssh2::{CheckResult, KnownHostFileKind, Session};
 
@@ -31,8 +31,6 @@ use ssh2::{CheckResult, KnownHostFileKind, Session};
 pub const LOG_FILE: &str = "task.log";
 /// Where the wrapper writes the task's exit code.
 pub const EXIT_FILE: &str = "exit_code";
-/// How often `stop` looks whether the task has exited.
-const POLL: Duration = Duration::from_millis(50);
 /// The most of a log read back at once (its end holds the last report).
 const LOG_TAIL_BYTES: usize = 64 * 1024;
 
@@ -237,10 +235,23 @@ impl Inner {
 
     /// Runs `command` on `node` through its shell; its exit status and output.
     fn exec(&self, node: &str, command: &str) -> Result<(i32, String), BackendError> {
+        self.exec_for(node, command, Duration::ZERO)
+    }
+
+    /// [`Self::exec`] for a command that may take up to `extra` longer than
+    /// the usual timeout (a stop that waits out a grace period).
+    fn exec_for(
+        &self,
+        node: &str,
+        command: &str,
+        extra: Duration,
+    ) -> Result<(i32, String), BackendError> {
         let host = self.host(node)?;
+        let timeout = |d: Duration| d.as_millis().min(u128::from(u32::MAX)) as u32;
         let once = |fresh: bool| -> Result<(i32, String), BackendError> {
             let session = self.session(host, fresh)?;
             let session = session.lock().unwrap_or_else(|e| e.into_inner());
+            session.set_timeout(timeout(self.options.timeout + extra));
             let fail = |e: ssh2::Error| BackendError::Unreachable {
                 node: node.to_string(),
                 message: e.to_string(),
@@ -255,6 +266,7 @@ impl Inner {
                     message: e.to_string(),
                 })?;
             channel.wait_close().map_err(fail)?;
+            session.set_timeout(timeout(self.options.timeout));
             Ok((channel.exit_status().map_err(fail)?, out))
         };
         match once(false) {
@@ -263,34 +275,67 @@ impl Inner {
         }
     }
 
-    fn exec_blocking_status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
+    /// A shell snippet that prints the task's state, then the end of its log.
+    fn status_script(task: &TaskHandle) -> Result<String, BackendError> {
         let dir = q(&task.workdir.display().to_string())?;
         let pid = task.pid;
-        let cmd = format!(
+        Ok(format!(
             "cd {dir} 2>/dev/null; if [ -f {EXIT_FILE} ]; then echo \"exit $(cat {EXIT_FILE})\"; \
-             elif kill -0 -- -{pid} 2>/dev/null; then echo running; else echo gone; fi; \
-             tail -c {LOG_TAIL_BYTES} {LOG_FILE} 2>/dev/null"
-        );
-        let (_, out) = self.exec(&task.node, &cmd)?;
-        let (first, log) = out.split_once('\n').unwrap_or((out.as_str(), ""));
-        let state = match first.trim() {
-            "running" => TaskState::Running,
-            s => TaskState::Exited {
-                code: s.strip_prefix("exit ").and_then(|c| c.trim().parse().ok()),
-            },
-        };
-        Ok(TaskStatus {
-            state,
-            report: last_report(log),
-        })
+             elif {}; then echo running; else echo gone; fi; \
+             tail -c {LOG_TAIL_BYTES} {LOG_FILE} 2>/dev/null",
+            group_alive(pid)
+        ))
     }
 
-    fn signal(&self, task: &TaskHandle, signal: &str) -> Result<(), BackendError> {
-        self.exec(
-            &task.node,
-            &format!("kill -{signal} -- -{} 2>/dev/null; true", task.pid),
-        )
-        .map(|_| ())
+    fn exec_blocking_status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
+        let (_, out) = self.exec(&task.node, &Self::status_script(task)?)?;
+        Ok(parse_status(&out))
+    }
+
+    /// The whole stop sequence in one round trip: the signal, a wait of up
+    /// to `grace` for the task's process group to empty, SIGKILL if it has
+    /// not, a short wait, then the status.
+    fn stop_blocking(
+        &self,
+        task: &TaskHandle,
+        policy: &StopPolicy,
+    ) -> Result<TaskStatus, BackendError> {
+        let pid = task.pid;
+        let sig = signal_name(policy.signal);
+        let steps = (policy.grace.as_millis() / 50).max(1);
+        let dir = q(&task.workdir.display().to_string())?;
+        let running = format!("[ ! -f {dir}/{EXIT_FILE} ] && {}", group_alive(pid));
+        let cmd = format!(
+            "kill -{sig} -- -{pid} 2>/dev/null; n=0; \
+             while {running} && [ $n -lt {steps} ]; do sleep 0.05; n=$((n+1)); done; \
+             if {running}; then kill -KILL -- -{pid} 2>/dev/null; m=0; \
+             while {running} && [ $m -lt 100 ]; do sleep 0.05; m=$((m+1)); done; fi; {}",
+            Self::status_script(task)?
+        );
+        let (_, out) = self.exec_for(&task.node, &cmd, policy.grace + KILL_WAIT)?;
+        Ok(parse_status(&out))
+    }
+}
+
+/// A shell test: does the task's session (`setsid` made `pid` its leader)
+/// still have a live member? Exited members nobody has reaped yet (zombies:
+/// where the host's init does not reap, they stay) do not count.
+fn group_alive(pid: u32) -> String {
+    format!("ps -o stat= -s {pid} 2>/dev/null | grep -q '^[^Z]'")
+}
+
+/// Reads what [`Inner::status_script`] printed.
+fn parse_status(out: &str) -> TaskStatus {
+    let (first, log) = out.split_once('\n').unwrap_or((out, ""));
+    let state = match first.trim() {
+        "running" => TaskState::Running,
+        s => TaskState::Exited {
+            code: s.strip_prefix("exit ").and_then(|c| c.trim().parse().ok()),
+        },
+    };
+    TaskStatus {
+        state,
+        report: last_report(log),
     }
 }
 
@@ -343,12 +388,22 @@ impl Backend for SshBackend {
         for a in &spec.argv {
             words.push(q(a)?);
         }
+        // A program that is not there fails here, at once, with status 127.
+        let program = q(&spec.argv[0])?;
         let cmd = format!(
-            "mkdir -p {dir} && cd {dir} && rm -f {EXIT_FILE} && {{ {} >> {LOG_FILE} 2>&1 < /dev/null & echo $!; }}",
+            "mkdir -p {dir} && cd {dir} && rm -f {EXIT_FILE} && \
+             {{ command -v {program} >/dev/null 2>&1 || {{ echo \"no such program\"; exit 127; }}; }} && \
+             {{ {} >> {LOG_FILE} 2>&1 < /dev/null & echo $!; }}",
             words.join(" ")
         );
         let node = spec.node.clone();
         let (code, out) = self.run(move |b| b.exec(&node, &cmd)).await?;
+        if code == 127 {
+            return Err(BackendError::Launch {
+                node: spec.node.clone(),
+                message: format!("{}: {}", spec.argv[0], out.trim()),
+            });
+        }
         let pid: u32 = out.trim().parse().map_err(|_| BackendError::Launch {
             node: spec.node.clone(),
             message: format!(
@@ -356,21 +411,11 @@ impl Backend for SshBackend {
                 out.trim()
             ),
         })?;
-        // A command that does not exist fails at once: report it as such.
-        tokio::time::sleep(Duration::from_millis(150)).await;
         let handle = TaskHandle {
             node: spec.node.clone(),
             pid,
             workdir: spec.workdir.clone(),
         };
-        let status = self.status(&handle).await?;
-        if status.state == (TaskState::Exited { code: Some(127) }) {
-            let log = self.log_tail(&handle).await.unwrap_or_default();
-            return Err(BackendError::Launch {
-                node: spec.node.clone(),
-                message: format!("{}: {}", spec.argv[0], log.trim()),
-            });
-        }
         Ok(handle)
     }
 
@@ -384,18 +429,9 @@ impl Backend for SshBackend {
         task: &TaskHandle,
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError> {
-        stop_sequence(
-            policy,
-            POLL,
-            || async { Ok(self.status(task).await?.state == TaskState::Running) },
-            |signal| {
-                let t = task.clone();
-                let name = signal_name(signal);
-                self.run(move |b| b.signal(&t, &name))
-            },
-        )
-        .await?;
-        self.status(task).await
+        let task = task.clone();
+        let policy = *policy;
+        self.run(move |b| b.stop_blocking(&task, &policy)).await
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
@@ -406,17 +442,5 @@ impl Backend for SshBackend {
         );
         let node = task.node.clone();
         self.run(move |b| b.exec(&node, &cmd)).await.map(|_| ())
-    }
-}
-
-impl SshBackend {
-    /// The end of a task's log.
-    async fn log_tail(&self, task: &TaskHandle) -> Result<String, BackendError> {
-        let dir = q(&task.workdir.display().to_string())?;
-        let cmd = format!("tail -c 4096 {dir}/{LOG_FILE} 2>/dev/null; true");
-        let node = task.node.clone();
-        self.run(move |b| b.exec(&node, &cmd))
-            .await
-            .map(|(_, out)| out)
     }
 }
