@@ -364,3 +364,62 @@ fn run_real_jobs_locally_then_status() {
         stderr(&o)
     );
 }
+
+#[test]
+fn run_killed_with_sigkill_resumes() {
+    let hadar_bin = Path::new(env!("CARGO_BIN_EXE_hadar"));
+    let trainer = hadar_bin.with_file_name("hadar-trainer");
+    assert!(trainer.is_file(), "{} is missing", trainer.display());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let jobs = dir.path().join("jobs.toml");
+    let mut text = String::new();
+    for i in 0..4 {
+        text.push_str(&format!(
+            "[[job]]\nname = \"j{i}\"\ncommand = [\"{}\"]\niterations = 8000\n\
+             throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\nenv = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n\n",
+            trainer.display()
+        ));
+    }
+    std::fs::write(&jobs, text).expect("jobs");
+    let state = dir.path().join("state");
+    let cluster = root.join("examples/local/cluster.toml");
+    let args = [
+        "run",
+        "--cluster",
+        cluster.to_str().expect("utf-8"),
+        "--jobs",
+        jobs.to_str().expect("utf-8"),
+        "--round-seconds",
+        "1",
+        "--state",
+        state.to_str().expect("utf-8"),
+        "--json",
+    ];
+    let mut child = Command::new(hadar_bin)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("state.json")).expect("state"))
+            .expect("JSON");
+    let before: u64 = saved["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["done"].as_u64().expect("done"))
+        .sum();
+    assert!(before > 0, "progress was saved before the kill");
+    let o = hadar(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    for j in v["jobs"].as_array().expect("jobs") {
+        assert_eq!(j["state"], "finished", "{j}");
+        assert!(j["accuracy"].as_f64().expect("accuracy") > 0.9, "{j}");
+    }
+}

@@ -146,7 +146,20 @@ pub struct RunState {
     pub gpu_busy_s: f64,
     /// Nodes that became unreachable (no more tasks go there).
     pub gone: Vec<String>,
+    /// Measured throughputs (they replace the jobs file's estimates).
+    pub measured: Vec<MeasuredRate>,
     running: Vec<Running>,
+}
+
+/// A job's measured iterations/s on a GPU type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredRate {
+    /// Job id.
+    pub job: u32,
+    /// GPU type.
+    pub gpu_type: String,
+    /// Iterations/s of its whole gang.
+    pub rate: f64,
 }
 
 /// One job's outcome, for the report.
@@ -162,6 +175,8 @@ pub struct JobOutcome {
     pub jct_s: Option<f64>,
     /// Iterations done.
     pub iterations: u64,
+    /// The last accuracy it reported, if it reports one.
+    pub accuracy: Option<f64>,
     /// Last metrics reported.
     pub metrics: BTreeMap<String, f64>,
 }
@@ -242,13 +257,26 @@ type Model = (
 );
 
 /// Builds the engine's model for the nodes still there.
-fn model(config: &RunConfig, gone: &[String]) -> Result<Model, RunError> {
+fn model(config: &RunConfig, gone: &[String], measured: &Measured) -> Result<Model, RunError> {
     let cluster = Arc::new(config.cluster.without(gone)?);
-    let (jobs, table) = jobs::to_model(&config.jobs);
+    let (jobs, mut table) = jobs::to_model(&config.jobs);
+    // Measured rates replace the jobs file's estimates.
+    for ((job, ty), rate) in measured {
+        let j = &config.jobs[*job as usize];
+        table.set_isolated(&j.name, j.gang, ty, *rate);
+    }
     let workload = Workload::new(jobs, cluster.clone(), Arc::new(table), "jobs")?;
     let scheduler = build(config.policy, &workload, &config.scheduler)?;
     Ok((cluster, workload, scheduler))
 }
+
+/// Measured iterations/s of a job's gang per GPU type (a moving average).
+type Measured = BTreeMap<(u32, String), f64>;
+
+/// How much a new measurement moves the average.
+const MEASURE_WEIGHT: f64 = 0.5;
+/// A change in a job's measured rate that makes the scheduler re-plan with it.
+const MEASURE_CHANGE: f64 = 0.1;
 
 /// Forgets the tasks of a node that is gone: their work since their job's
 /// last checkpoint is lost, and their jobs are rescheduled elsewhere.
@@ -286,16 +314,23 @@ pub async fn run(
             ..RunState::default()
         },
     };
-    let (mut cluster, mut workload, mut scheduler) = model(config, &state.gone)?;
+    let mut measured: Measured = state
+        .measured
+        .iter()
+        .map(|m| ((m.job, m.gpu_type.clone()), m.rate))
+        .collect();
+    let (mut cluster, mut workload, mut scheduler) = model(config, &state.gone, &measured)?;
+    let mut remodel = false;
     let mut jobs_state = JobsState::new(&workload);
     let mut arrived = Vec::new();
     let mut completed = Vec::new();
     let mut last_round: Option<RoundReport> = None;
     let mut known_gone = state.gone.len();
     loop {
-        if state.gone.len() != known_gone {
+        if state.gone.len() != known_gone || remodel {
             known_gone = state.gone.len();
-            (cluster, workload, scheduler) = model(config, &state.gone)?;
+            remodel = false;
+            (cluster, workload, scheduler) = model(config, &state.gone, &measured)?;
             jobs_state = JobsState::new(&workload);
             last_round = None;
         }
@@ -556,8 +591,55 @@ pub async fn run(
                 break;
             }
         }
-        // Busy time of tasks that go on into the next round.
+        // Measured throughput: tasks that ran the whole round as a gang on one type.
         let now = unix_now() - state.started_unix_s;
+        let elapsed = now - round_start;
+        for r in &state.running {
+            let single_type = r.gpus.iter().all(|g| g.0 == r.gpus[0].0);
+            let gang = config.jobs[r.job as usize].gang as usize;
+            if r.copy != 0 || r.gpus.len() != gang || !single_type || elapsed < config.round_s * 0.5
+            {
+                continue;
+            }
+            let Some(g) = cluster.find_gpu(&r.gpus[0].0, r.gpus[0].1) else {
+                continue;
+            };
+            let ty = cluster.gpu_type_name(cluster.gpu(g).gpu_type).to_string();
+            let Some(&steps) = reports.get(&(r.job, r.copy)) else {
+                continue;
+            };
+            if r.started_s > round_start {
+                continue;
+            }
+            let rate = steps as f64 / elapsed;
+            if rate <= 0.0 {
+                continue;
+            }
+            let estimate = config.jobs[r.job as usize]
+                .throughput
+                .get(&ty)
+                .copied()
+                .unwrap_or(0.0);
+            let entry = measured.entry((r.job, ty)).or_insert(estimate);
+            let before = *entry;
+            *entry = if before > 0.0 {
+                before + MEASURE_WEIGHT * (rate - before)
+            } else {
+                rate
+            };
+            if before <= 0.0 || ((*entry - before) / before).abs() > MEASURE_CHANGE {
+                remodel = true;
+            }
+        }
+        state.measured = measured
+            .iter()
+            .map(|((job, ty), rate)| MeasuredRate {
+                job: *job,
+                gpu_type: ty.clone(),
+                rate: *rate,
+            })
+            .collect();
+        // Busy time of tasks that go on into the next round.
         last_round = Some(RoundReport {
             end_s: now,
             tasks: state
@@ -644,6 +726,7 @@ fn report(config: &RunConfig, workload: &Workload, state: &RunState) -> RunRepor
             .to_string(),
             jct_s: p.finished_s.map(|f| f - j.arrival_s),
             iterations: p.done.min(j.total_steps),
+            accuracy: p.metrics.get("accuracy").copied(),
             metrics: p.metrics.clone(),
         })
         .collect();

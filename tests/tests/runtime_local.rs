@@ -70,6 +70,17 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
         "{report:?}"
     );
     assert!(report.rounds >= 2);
+    for j in &report.jobs {
+        assert_eq!(j.accuracy, j.metrics.get("accuracy").copied());
+    }
+    // Measured throughput replaces the jobs file's estimates: the "k80"
+    // GPUs here are the same CPU as the "v100" ones, far faster than the
+    // 1000 iterations/s the file guessed.
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert!(!state.measured.is_empty(), "rates were measured");
+    if let Some(k80) = state.measured.iter().find(|m| m.gpu_type == "k80") {
+        assert!(k80.rate > 1200.0, "{k80:?}");
+    }
     std::fs::read_dir(dir.path().join("tasks"))
         .expect("tasks")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
