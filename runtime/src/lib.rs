@@ -74,6 +74,17 @@ pub struct RunConfig {
     pub stop: StopPolicy,
     /// How often progress is read.
     pub poll: Duration,
+    /// Where task directories go on the nodes (default: `state_dir`, for
+    /// nodes that share this machine's filesystem). Checkpoints are copied
+    /// to and from the nodes through the backend either way.
+    pub remote_dir: Option<PathBuf>,
+}
+
+impl RunConfig {
+    /// The root of the task directories on the nodes.
+    pub fn remote_root(&self) -> &Path {
+        self.remote_dir.as_deref().unwrap_or(&self.state_dir)
+    }
 }
 
 /// What the run tells its watcher.
@@ -417,7 +428,7 @@ pub async fn run(
         }
         state.running = keep;
         for (job, tasks) in stopped {
-            collect_checkpoints(dir, job, &tasks).await?;
+            collect_checkpoints(dir, job, &tasks, backend.as_ref()).await?;
         }
         for node in lost {
             drop_node(&mut state, &node);
@@ -434,14 +445,25 @@ pub async fn run(
             }
             let job = &config.jobs[t.job.index()];
             let node = where_(t.gpus[0]).0;
-            let workdir = dir.join("tasks").join(format!(
+            let workdir = config.remote_root().join("tasks").join(format!(
                 "job{}-round{}-copy{}",
                 t.job.0, state.round, t.copy
             ));
-            std::fs::create_dir_all(&workdir).map_err(|e| io(&workdir, e))?;
+            // The job's latest checkpoint goes to the node to resume from.
             let resume = latest(dir, t.job.0);
             if resume.exists() {
-                std::fs::copy(&resume, workdir.join(RESUME_FILE)).map_err(|e| io(&resume, e))?;
+                if let Err(e) = backend
+                    .put(&node, &resume, &workdir.join(RESUME_FILE))
+                    .await
+                {
+                    match lost_node(&e) {
+                        Some(node) => {
+                            drop_node(&mut state, &node);
+                            continue;
+                        }
+                        None => return Err(e.into()),
+                    }
+                }
             }
             let spec = TaskSpec {
                 job: t.job,
@@ -569,7 +591,7 @@ pub async fn run(
                 }
             }
             for (job, tasks) in gone {
-                collect_checkpoints(dir, job, &tasks).await?;
+                collect_checkpoints(dir, job, &tasks, backend.as_ref()).await?;
             }
             for node in &lost {
                 drop_node(&mut state, node);
@@ -684,12 +706,32 @@ fn absorb(state: &mut RunState, r: &mut Running, status: &TaskStatus) {
 
 /// Makes the stopped tasks' checkpoints the job's latest: one task's is
 /// copied; several copies' are merged, weighted by the iterations each did.
-async fn collect_checkpoints(dir: &Path, job: u32, tasks: &[Running]) -> Result<(), RunError> {
-    let files: Vec<(PathBuf, u64)> = tasks
-        .iter()
-        .map(|r| (r.handle.workdir.join(CHECKPOINT_FILE), r.iterations))
-        .filter(|(p, _)| p.is_file())
-        .collect();
+async fn collect_checkpoints(
+    dir: &Path,
+    job: u32,
+    tasks: &[Running],
+    backend: &dyn Backend,
+) -> Result<(), RunError> {
+    // Each task's checkpoint comes here from its node first.
+    let incoming = dir.join("checkpoints");
+    std::fs::create_dir_all(&incoming).map_err(|e| io(&incoming, e))?;
+    let mut files: Vec<(PathBuf, u64)> = Vec::new();
+    for r in tasks {
+        let name = r
+            .handle
+            .workdir
+            .file_name()
+            .map_or_else(|| format!("job{job}"), |n| n.to_string_lossy().into_owned());
+        let local = incoming.join(format!("{name}.safetensors"));
+        let remote = r.handle.workdir.join(CHECKPOINT_FILE);
+        match backend.fetch(&r.handle.node, &remote, &local).await {
+            Ok(true) => files.push((local, r.iterations)),
+            Ok(false) => {}
+            // A node gone with its checkpoint: the job goes back further.
+            Err(e) if lost_node(&e).is_some() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     if files.is_empty() {
         return Ok(());
     }

@@ -47,6 +47,7 @@ fn config(policy: PolicyKind, dir: &std::path::Path, iterations: u64) -> RunConf
             grace: Duration::from_secs(5),
         },
         poll: Duration::from_millis(100),
+        remote_dir: None,
     }
 }
 

@@ -86,6 +86,9 @@ async fn a_lost_node_s_jobs_finish_elsewhere() {
         ));
     }
     let dir = tempfile::tempdir().expect("tempdir");
+    // The nodes' task directories apart from the runtime's state: every
+    // checkpoint must travel through the backend (SFTP) to be found.
+    let remote = tempfile::tempdir().expect("tempdir");
     let config = RunConfig {
         cluster: Arc::new(Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster")),
         jobs: parse_jobs(&jobs, "jobs.toml").expect("jobs"),
@@ -98,6 +101,7 @@ async fn a_lost_node_s_jobs_finish_elsewhere() {
             grace: Duration::from_secs(3),
         },
         poll: Duration::from_millis(200),
+        remote_dir: Some(remote.path().to_path_buf()),
     };
     let b: Arc<dyn Backend> = Arc::new(backend());
     let handle = tokio::spawn(async move {
@@ -115,6 +119,25 @@ async fn a_lost_node_s_jobs_finish_elsewhere() {
     }
     let state = load_state(dir.path()).expect("state").expect("saved");
     assert_eq!(state.gone, vec!["h2".to_string()]);
+    // Checkpoints came back over SFTP and went out again to resume from.
+    let fetched = std::fs::read_dir(dir.path().join("checkpoints"))
+        .expect("fetched")
+        .count();
+    assert!(fetched > 0, "checkpoints were fetched");
+    let resumed = std::fs::read_dir(remote.path().join("tasks"))
+        .expect("remote tasks")
+        .filter(|e| {
+            e.as_ref()
+                .expect("entry")
+                .path()
+                .join("resume.safetensors")
+                .is_file()
+        })
+        .count();
+    assert!(
+        resumed > 0,
+        "tasks resumed from a checkpoint put on their node"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -183,6 +184,26 @@ impl Backend for LocalBackend {
         )
         .await?;
         self.read_status(task)
+    }
+
+    async fn fetch(&self, node: &str, remote: &Path, local: &Path) -> Result<bool, BackendError> {
+        if !remote.is_file() {
+            return Ok(false);
+        }
+        if remote != local {
+            std::fs::copy(remote, local).map_err(|e| Self::io(node, local, e))?;
+        }
+        Ok(true)
+    }
+
+    async fn put(&self, node: &str, local: &Path, remote: &Path) -> Result<(), BackendError> {
+        if let Some(parent) = remote.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Self::io(node, parent, e))?;
+        }
+        if remote != local {
+            std::fs::copy(local, remote).map_err(|e| Self::io(node, remote, e))?;
+        }
+        Ok(())
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -275,6 +275,66 @@ impl Inner {
         }
     }
 
+    /// Copies a file from the node over SFTP, streaming.
+    fn fetch_blocking(
+        &self,
+        node: &str,
+        remote: &Path,
+        local: &Path,
+    ) -> Result<bool, BackendError> {
+        let host = self.host(node)?;
+        let session = self.session(host, false)?;
+        let session = session.lock().unwrap_or_else(|e| e.into_inner());
+        let unreachable = |e: ssh2::Error| BackendError::Unreachable {
+            node: node.to_string(),
+            message: e.to_string(),
+        };
+        let sftp = session.sftp().map_err(unreachable)?;
+        let mut from = match sftp.open(remote) {
+            Ok(f) => f,
+            Err(_) => return Ok(false),
+        };
+        let io = |path: &Path, e: std::io::Error| BackendError::Io {
+            node: node.to_string(),
+            path: path.to_path_buf(),
+            source: e,
+        };
+        let tmp = local.with_extension("part");
+        let mut to = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
+        std::io::copy(&mut from, &mut to).map_err(|e| io(remote, e))?;
+        std::fs::rename(&tmp, local).map_err(|e| io(local, e))?;
+        Ok(true)
+    }
+
+    /// Copies a file to the node over SFTP (its directory made first), streaming.
+    fn put_blocking(&self, node: &str, local: &Path, remote: &Path) -> Result<(), BackendError> {
+        if let Some(parent) = remote.parent() {
+            self.exec(
+                node,
+                &format!("mkdir -p {}", q(&parent.display().to_string())?),
+            )?;
+        }
+        let host = self.host(node)?;
+        let session = self.session(host, false)?;
+        let session = session.lock().unwrap_or_else(|e| e.into_inner());
+        let unreachable = |e: ssh2::Error| BackendError::Unreachable {
+            node: node.to_string(),
+            message: e.to_string(),
+        };
+        let io = |path: &Path, e: std::io::Error| BackendError::Io {
+            node: node.to_string(),
+            path: path.to_path_buf(),
+            source: e,
+        };
+        let sftp = session.sftp().map_err(unreachable)?;
+        let mut to = sftp
+            .create(remote)
+            .map_err(|e| io(remote, std::io::Error::other(e)))?;
+        let mut from = std::fs::File::open(local).map_err(|e| io(local, e))?;
+        std::io::copy(&mut from, &mut to).map_err(|e| io(remote, e))?;
+        Ok(())
+    }
+
     /// A shell snippet that prints the task's state, then the end of its log.
     fn status_script(task: &TaskHandle) -> Result<String, BackendError> {
         let dir = q(&task.workdir.display().to_string())?;
@@ -432,6 +492,18 @@ impl Backend for SshBackend {
         let task = task.clone();
         let policy = *policy;
         self.run(move |b| b.stop_blocking(&task, &policy)).await
+    }
+
+    async fn fetch(&self, node: &str, remote: &Path, local: &Path) -> Result<bool, BackendError> {
+        let (node, remote, local) = (node.to_string(), remote.to_path_buf(), local.to_path_buf());
+        self.run(move |b| b.fetch_blocking(&node, &remote, &local))
+            .await
+    }
+
+    async fn put(&self, node: &str, local: &Path, remote: &Path) -> Result<(), BackendError> {
+        let (node, local, remote) = (node.to_string(), local.to_path_buf(), remote.to_path_buf());
+        self.run(move |b| b.put_blocking(&node, &local, &remote))
+            .await
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {

@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// Directory for the run's state, logs and checkpoints.
     #[arg(long, default_value = "hadar-run", value_name = "DIR")]
     pub state: PathBuf,
+    /// Directory for the tasks on the nodes (default: --state, for nodes that
+    /// share this machine's filesystem); checkpoints are copied both ways.
+    #[arg(long, value_name = "DIR")]
+    pub remote_dir: Option<PathBuf>,
     /// Where tasks run: `local` (processes here) or `ssh` (the nodes' addresses).
     #[arg(long, default_value = "local", value_parser = ["local", "ssh"])]
     pub backend: String,
@@ -166,6 +170,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             grace: Duration::from_secs_f64(args.grace),
         },
         poll: Duration::from_millis(250),
+        remote_dir: args.remote_dir.clone(),
     };
     let bars = Bars::new(!args.json);
     let job_bars: Vec<ProgressBar> = config

@@ -11,7 +11,7 @@
 
 pub mod protocol;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -232,4 +232,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Removes what the task left on the node (not its checkpoints' copies
     /// the runtime took).
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError>;
+    /// Copies `remote` on `node` to `local` here (a checkpoint for the
+    /// merge); `false` if there is no such file on the node.
+    async fn fetch(&self, node: &str, remote: &Path, local: &Path) -> Result<bool, BackendError>;
+    /// Copies `local` here to `remote` on `node` (a checkpoint to resume
+    /// from), making its directory.
+    async fn put(&self, node: &str, local: &Path, remote: &Path) -> Result<(), BackendError>;
 }
