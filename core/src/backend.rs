@@ -17,6 +17,8 @@ pub struct Capabilities {
     pub checkpoint: bool,
     /// Tasks can be pinned to GPUs (`CUDA_VISIBLE_DEVICES` or equivalent).
     pub gpu_binding: bool,
+    /// Tasks can be paused and resumed in place (without a checkpoint).
+    pub suspend: bool,
 }
 
 /// What one task did in a round.

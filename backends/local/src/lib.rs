@@ -117,6 +117,7 @@ impl Backend for LocalBackend {
             virtual_time: false,
             checkpoint: true,
             gpu_binding: true,
+            suspend: false,
         }
     }
 

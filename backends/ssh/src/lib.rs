@@ -423,6 +423,7 @@ impl Backend for SshBackend {
             virtual_time: false,
             checkpoint: true,
             gpu_binding: true,
+            suspend: false,
         }
     }
 

@@ -47,6 +47,7 @@ impl RoundBackend for SimBackend {
             virtual_time: true,
             checkpoint: true,
             gpu_binding: true,
+            suspend: true,
         }
     }
 
