@@ -75,8 +75,8 @@ fn link(up: bool) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_node_s_jobs_finish_elsewhere() {
+/// Six trainer jobs, two with gangs of 2.
+fn six_jobs() -> String {
     let trainer = local_trainer().display().to_string();
     let mut jobs = String::new();
     for (i, gang) in [1, 2, 1, 1, 2, 1].iter().enumerate() {
@@ -85,6 +85,45 @@ async fn a_lost_node_s_jobs_finish_elsewhere() {
              throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\nenv = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n\n"
         ));
     }
+    jobs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hadare_runs_six_jobs_over_ssh() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = tempfile::tempdir().expect("tempdir");
+    let config = RunConfig {
+        // h1 and h3 only: the other test in this file takes h2 away.
+        cluster: Arc::new(
+            Cluster::from_toml_str(CLUSTER, "cluster.toml")
+                .expect("cluster")
+                .without(&["h2".to_string()])
+                .expect("cluster"),
+        ),
+        jobs: parse_jobs(&six_jobs(), "jobs.toml").expect("jobs"),
+        policy: PolicyKind::HadarE,
+        scheduler: SchedulerSettings::default(),
+        round_s: 1.0,
+        state_dir: dir.path().to_path_buf(),
+        stop: StopPolicy {
+            signal: 15,
+            grace: Duration::from_secs(3),
+        },
+        poll: Duration::from_millis(200),
+        remote_dir: Some(remote.path().to_path_buf()),
+    };
+    let report = run(&config, Arc::new(backend()), &mut |_| {})
+        .await
+        .expect("run");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert!(j.accuracy.expect("accuracy") >= 0.9, "{j:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_node_s_jobs_finish_elsewhere() {
+    let jobs = six_jobs();
     let dir = tempfile::tempdir().expect("tempdir");
     // The nodes' task directories apart from the runtime's state: every
     // checkpoint must travel through the backend (SFTP) to be found.
