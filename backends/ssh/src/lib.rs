@@ -275,6 +275,16 @@ impl Inner {
         }
     }
 
+    /// An SFTP channel to `node` on its kept session.
+    fn sftp(&self, node: &str) -> Result<ssh2::Sftp, BackendError> {
+        let session = self.session(self.host(node)?, false)?;
+        let session = session.lock().unwrap_or_else(|e| e.into_inner());
+        session.sftp().map_err(|e| BackendError::Unreachable {
+            node: node.to_string(),
+            message: e.to_string(),
+        })
+    }
+
     /// Copies a file from the node over SFTP, streaming.
     fn fetch_blocking(
         &self,
@@ -282,23 +292,12 @@ impl Inner {
         remote: &Path,
         local: &Path,
     ) -> Result<bool, BackendError> {
-        let host = self.host(node)?;
-        let session = self.session(host, false)?;
-        let session = session.lock().unwrap_or_else(|e| e.into_inner());
-        let unreachable = |e: ssh2::Error| BackendError::Unreachable {
-            node: node.to_string(),
-            message: e.to_string(),
-        };
-        let sftp = session.sftp().map_err(unreachable)?;
+        let sftp = self.sftp(node)?;
         let mut from = match sftp.open(remote) {
             Ok(f) => f,
             Err(_) => return Ok(false),
         };
-        let io = |path: &Path, e: std::io::Error| BackendError::Io {
-            node: node.to_string(),
-            path: path.to_path_buf(),
-            source: e,
-        };
+        let io = |path: &Path, e| io_error(node, path, e);
         let tmp = local.with_extension("part");
         let mut to = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
         std::io::copy(&mut from, &mut to).map_err(|e| io(remote, e))?;
@@ -314,19 +313,8 @@ impl Inner {
                 &format!("mkdir -p {}", q(&parent.display().to_string())?),
             )?;
         }
-        let host = self.host(node)?;
-        let session = self.session(host, false)?;
-        let session = session.lock().unwrap_or_else(|e| e.into_inner());
-        let unreachable = |e: ssh2::Error| BackendError::Unreachable {
-            node: node.to_string(),
-            message: e.to_string(),
-        };
-        let io = |path: &Path, e: std::io::Error| BackendError::Io {
-            node: node.to_string(),
-            path: path.to_path_buf(),
-            source: e,
-        };
-        let sftp = session.sftp().map_err(unreachable)?;
+        let sftp = self.sftp(node)?;
+        let io = |path: &Path, e| io_error(node, path, e);
         let mut to = sftp
             .create(remote)
             .map_err(|e| io(remote, std::io::Error::other(e)))?;
@@ -374,6 +362,15 @@ impl Inner {
         );
         let (_, out) = self.exec_for(&task.node, &cmd, policy.grace + KILL_WAIT)?;
         Ok(parse_status(&out))
+    }
+}
+
+/// A file error on `node`.
+fn io_error(node: &str, path: &Path, source: std::io::Error) -> BackendError {
+    BackendError::Io {
+        node: node.to_string(),
+        path: path.to_path_buf(),
+        source,
     }
 }
 
