@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::error::{read_to_string, Error, Location, Result};
+use crate::error::{parse_toml, read_to_string, Error, Location, Result};
 
 /// Index of a GPU type in [`Cluster::gpu_types`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -229,12 +229,7 @@ impl Cluster {
     /// Parses a cluster TOML document (see `docs/inputs.md`).
     pub fn from_toml_str(text: &str, source: &str) -> Result<Self> {
         let location = Location::new(source);
-        let file: ClusterFile = toml::from_str(text).map_err(|e| {
-            Error::parse(
-                location.clone(),
-                e.to_string().trim_end().replace('\n', "\n  "),
-            )
-        })?;
+        let file: ClusterFile = parse_toml(text, &location)?;
         if file.node.is_empty() {
             return Err(Error::parse(
                 location.field("node"),
@@ -497,12 +492,7 @@ pub struct AccessConfig {
 /// (`user`, `key`, `known_hosts`, `accept_unknown_hosts`).
 pub fn access_from_toml_str(text: &str, source: &str) -> Result<AccessConfig> {
     let location = Location::new(source);
-    let file: ClusterFile = toml::from_str(text).map_err(|e| {
-        Error::parse(
-            location.clone(),
-            e.to_string().trim_end().replace('\n', "\n  "),
-        )
-    })?;
+    let file: ClusterFile = parse_toml(text, &location)?;
     let defaults = file.ssh.unwrap_or_default();
     let mut nodes = Vec::new();
     for (i, spec) in file.node.iter().enumerate() {

@@ -141,6 +141,17 @@ impl Error {
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Parses a TOML document into `T`; the error names `location` and keeps
+/// the parser's line, column and excerpt.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, location: &Location) -> Result<T> {
+    toml::from_str(text).map_err(|e| {
+        Error::parse(
+            location.clone(),
+            e.to_string().trim_end().replace('\n', "\n  "),
+        )
+    })
+}
+
 /// Reads a whole text file, mapping the error to [`Error::Io`].
 pub fn read_to_string(path: &std::path::Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| Error::io(path, e))

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use hadar_core::error::{read_to_string, Error, Location, Result};
+use hadar_core::error::{parse_toml, read_to_string, Error, Location, Result};
 use hadar_core::job::{Job, JobId, Launch};
 use hadar_core::throughput::ThroughputTable;
 use serde::Deserialize;
@@ -70,8 +70,7 @@ pub fn read_jobs(path: &Path) -> Result<Vec<RunJob>> {
 /// Parses a jobs file.
 pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
     let at = Location::new(source);
-    let file: JobsFile = toml::from_str(text)
-        .map_err(|e| Error::parse(at.clone(), e.to_string().trim_end().replace('\n', "\n  ")))?;
+    let file: JobsFile = parse_toml(text, &at)?;
     if file.job.is_empty() {
         return Err(Error::parse(at.field("job"), "no [[job]] tables"));
     }
