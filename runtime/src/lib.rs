@@ -131,6 +131,13 @@ struct Running {
     started_s: f64,
 }
 
+impl Running {
+    /// GPU-seconds it has held by `now` (s since the run's start).
+    fn busy_gpu_seconds(&self, now: f64) -> f64 {
+        (now - self.started_s).max(0.0) * self.gpus.len() as f64
+    }
+}
+
 /// One job's saved progress.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct JobProgress {
@@ -562,7 +569,7 @@ pub async fn run(
             let mut gone: HashMap<u32, Vec<Running>> = HashMap::new();
             for i in exited.into_iter().rev() {
                 let r = state.running.remove(i);
-                state.gpu_busy_s += (now - r.started_s).max(0.0) * r.gpus.len() as f64;
+                state.gpu_busy_s += r.busy_gpu_seconds(now);
                 gone.entry(r.job).or_default().push(r);
             }
             for job in finished_jobs {
@@ -701,7 +708,7 @@ fn absorb_progress(jobs: &mut [JobProgress], r: &mut Running, status: &TaskStatu
 fn absorb(state: &mut RunState, r: &mut Running, status: &TaskStatus) {
     absorb_progress(&mut state.jobs, r, status);
     let now = unix_now() - state.started_unix_s;
-    state.gpu_busy_s += (now - r.started_s).max(0.0) * r.gpus.len() as f64;
+    state.gpu_busy_s += r.busy_gpu_seconds(now);
 }
 
 /// Makes the stopped tasks' checkpoints the job's latest: one task's is

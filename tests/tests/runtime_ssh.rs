@@ -88,30 +88,39 @@ fn six_jobs() -> String {
     jobs
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hadare_runs_six_jobs_over_ssh() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let remote = tempfile::tempdir().expect("tempdir");
-    let config = RunConfig {
-        // h1 and h3 only: the other test in this file takes h2 away.
-        cluster: Arc::new(
-            Cluster::from_toml_str(CLUSTER, "cluster.toml")
-                .expect("cluster")
-                .without(&["h2".to_string()])
-                .expect("cluster"),
-        ),
+/// A run of the six jobs, 1 s rounds, task directories under `remote`.
+fn run_config(
+    cluster: Cluster,
+    policy: PolicyKind,
+    dir: &std::path::Path,
+    remote: &std::path::Path,
+) -> RunConfig {
+    RunConfig {
+        cluster: Arc::new(cluster),
         jobs: parse_jobs(&six_jobs(), "jobs.toml").expect("jobs"),
-        policy: PolicyKind::HadarE,
+        policy,
         scheduler: SchedulerSettings::default(),
         round_s: 1.0,
-        state_dir: dir.path().to_path_buf(),
+        state_dir: dir.to_path_buf(),
         stop: StopPolicy {
             signal: 15,
             grace: Duration::from_secs(3),
         },
         poll: Duration::from_millis(200),
-        remote_dir: Some(remote.path().to_path_buf()),
-    };
+        remote_dir: Some(remote.to_path_buf()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hadare_runs_six_jobs_over_ssh() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = tempfile::tempdir().expect("tempdir");
+    // h1 and h3 only: the other test in this file takes h2 away.
+    let cluster = Cluster::from_toml_str(CLUSTER, "cluster.toml")
+        .expect("cluster")
+        .without(&["h2".to_string()])
+        .expect("cluster");
+    let config = run_config(cluster, PolicyKind::HadarE, dir.path(), remote.path());
     let report = run(&config, Arc::new(backend()), &mut |_| {})
         .await
         .expect("run");
@@ -123,25 +132,12 @@ async fn hadare_runs_six_jobs_over_ssh() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_node_s_jobs_finish_elsewhere() {
-    let jobs = six_jobs();
     let dir = tempfile::tempdir().expect("tempdir");
     // The nodes' task directories apart from the runtime's state: every
     // checkpoint must travel through the backend (SFTP) to be found.
     let remote = tempfile::tempdir().expect("tempdir");
-    let config = RunConfig {
-        cluster: Arc::new(Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster")),
-        jobs: parse_jobs(&jobs, "jobs.toml").expect("jobs"),
-        policy: PolicyKind::Hadar,
-        scheduler: SchedulerSettings::default(),
-        round_s: 1.0,
-        state_dir: dir.path().to_path_buf(),
-        stop: StopPolicy {
-            signal: 15,
-            grace: Duration::from_secs(3),
-        },
-        poll: Duration::from_millis(200),
-        remote_dir: Some(remote.path().to_path_buf()),
-    };
+    let cluster = Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster");
+    let config = run_config(cluster, PolicyKind::Hadar, dir.path(), remote.path());
     let b: Arc<dyn Backend> = Arc::new(backend());
     let handle = tokio::spawn(async move {
         let r = run(&config, b, &mut |_| {}).await;

@@ -90,25 +90,19 @@ impl Experiment {
             }
         }
         let measured: Vec<usize> = measured_ids(&settings, n as usize).collect();
-        let makespan_s = if settings.makespan_bound {
+        // Both makespan bounds are LPs over the measured jobs only.
+        let (makespan_s, forked_makespan_s) = if settings.makespan_bound {
             let sub = if measured.len() == workload.jobs().len() {
                 workload.clone()
             } else {
                 Arc::new(workload.subset(&measured)?)
             };
-            Some(makespan_lower_bound(&sub)?)
+            (
+                Some(makespan_lower_bound(&sub)?),
+                Some(crate::bounds::forked_makespan_lower_bound(&sub)?),
+            )
         } else {
-            None
-        };
-        let forked_makespan_s = if settings.makespan_bound {
-            let sub = if measured.len() == workload.jobs().len() {
-                workload.clone()
-            } else {
-                Arc::new(workload.subset(&measured)?)
-            };
-            Some(crate::bounds::forked_makespan_lower_bound(&sub)?)
-        } else {
-            None
+            (None, None)
         };
         let bounds = Bounds {
             makespan_s,
