@@ -118,6 +118,9 @@ pub struct Summary {
     pub decision_max_s: f64,
     /// Wall-clock seconds of the whole run.
     pub wall_s: f64,
+    /// What makes these figures less than they seem (for example, a
+    /// window that outlived the trace's arrivals); empty when nothing does.
+    pub warnings: Vec<String>,
 }
 
 /// Everything a run produced.

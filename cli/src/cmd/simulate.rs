@@ -280,6 +280,12 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
     if let Some(dir) = &args.out {
         write_outputs(dir, &results)?;
     }
+    // On stderr, so that they reach a human even beside --json.
+    for r in &results {
+        for w in &r.summary.warnings {
+            tracing::warn!("{}: {w}", r.summary.policy);
+        }
+    }
     if args.json {
         let summaries: Vec<_> = results.iter().map(|r| &r.summary).collect();
         let text = serde_json::to_string_pretty(&summaries)

@@ -27,9 +27,13 @@ pub enum TraceCommand {
     /// Gavel's simulator (its continuous runs): gang sizes 1/2/4/8 with
     /// p = 0.70/0.10/0.15/0.05 and a heavy-tailed duration mix (mean 16.8 h).
     /// Steps are the duration times the job's rate on its gang of reference
-    /// GPUs. The distributions are Gavel's, the random numbers are not
-    /// (Gavel uses Python's Mersenne Twister): the same seed does not give
-    /// Gavel's trace, but it always gives the same trace here.
+    /// GPUs. The random numbers are Gavel's too (Python's Mersenne Twister,
+    /// Gavel's seeds and order of draws): `--generator offline --seed 0`
+    /// writes Gavel's run B byte for byte (run A with --multi-gpu), and
+    /// `--generator philly --seed 0` gives the jobs Gavel's simulator
+    /// generated for its continuous runs. For such a run, generate more jobs
+    /// than the window needs: Gavel keeps generating until the window's jobs
+    /// finish (`simulate --window` warns when a trace runs out first).
     ///
     /// The trace (10-column format) goes to --out, written atomically, or to
     /// stdout.

@@ -153,6 +153,7 @@ mod tests {
             decision_mean_s: 0.0,
             decision_max_s: 0.0,
             wall_s: 0.1,
+            warnings: Vec::new(),
         }
     }
 

@@ -660,6 +660,7 @@ mod tests {
             decision_mean_s: 0.01,
             decision_max_s: 0.02,
             wall_s: 0.5,
+            warnings: Vec::new(),
         }
     }
 

@@ -230,6 +230,7 @@ impl Experiment {
             decision_mean_s: mean(out.decisions.iter().map(|d| d.seconds)),
             decision_max_s: out.decisions.iter().map(|d| d.seconds).fold(0.0, f64::max),
             wall_s,
+            warnings: self.warnings(makespan_s),
         };
         RunResult {
             summary,
@@ -242,6 +243,31 @@ impl Experiment {
             decisions: out.decisions,
             explanations: Vec::new(),
         }
+    }
+
+    /// A window measures a steady state only while jobs keep arriving:
+    /// once arrivals stop, the cluster drains and the window's last jobs
+    /// run with less contention than they would have. Gavel's simulator
+    /// generates jobs until the window finishes; a trace must be long
+    /// enough to do the same.
+    fn warnings(&self, window_end_s: f64) -> Vec<String> {
+        let mut out = Vec::new();
+        let Some((_, b)) = self.settings.window else {
+            return out;
+        };
+        let jobs = self.workload.jobs();
+        let last_arrival_s = jobs.last().map_or(0.0, |j| j.arrival_s);
+        if (b as usize) < jobs.len() && window_end_s > last_arrival_s {
+            out.push(format!(
+                "the trace's last job arrives at {:.1} h, before the window's last job finished \
+                 ({:.1} h): the window's tail ran on a draining cluster, which flatters the \
+                 figures; use a longer trace (Gavel's simulator keeps generating jobs until \
+                 the window finishes)",
+                last_arrival_s / 3600.0,
+                window_end_s / 3600.0
+            ));
+        }
+        out
     }
 
     fn is_measured(&self, j: usize) -> bool {

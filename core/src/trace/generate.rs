@@ -20,21 +20,19 @@
 //! mean inter-arrival of `3600 / jobs_per_hour` seconds, the first job at
 //! t = 0, or every job at t = 0 when there is no rate (a static trace).
 //!
-//! **Same distributions, not the same numbers.** Gavel draws from Python's
-//! Mersenne Twister; these generators draw from ChaCha8 and cannot reproduce
-//! Gavel's traces line for line, only their distributions. As in Gavel, each
-//! purpose has its own random stream derived from the seed (job template,
-//! gang size, duration, priority, inter-arrival), so that, for example, the
-//! same seed gives the same models and durations with or without multi-GPU
-//! jobs (only gang sizes and steps change), and the same jobs with or
-//! without a rate (only the arrival times change).
-
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+//! **The same numbers, not only the same distributions.** Both generators
+//! draw from [`PyRandom`] (CPython's Mersenne Twister) with Gavel's seeds,
+//! streams and order of draws, so a seed gives Gavel's own trace: runs A
+//! and B come out byte for byte (a test checks it), and `--generator
+//! philly --seed 0` is the workload Gavel's simulator generated for its
+//! continuous-arrival figures. The one difference: Gavel keeps a Philly
+//! job's steps as a float (`duration * rate`); a trace has whole steps, so
+//! we truncate (less than one step, well under a second of work).
 
 use crate::error::{Error, Location, Result};
 use crate::job::{Job, JobId, Launch};
 use crate::throughput::ThroughputTable;
+use crate::trace::pyrandom::PyRandom;
 
 /// One of Gavel's job templates (`scheduler/job_table.py`): a model, how to
 /// launch it, and whether it can run as a multi-GPU gang.
@@ -278,22 +276,6 @@ pub fn generate(spec: &GeneratorSpec, table: &ThroughputTable) -> Result<Vec<Job
     Ok(jobs)
 }
 
-/// Random streams, one per purpose, all derived from the seed.
-#[derive(Debug, Clone, Copy)]
-enum Stream {
-    Template = 1,
-    ScaleFactor = 2,
-    Duration = 3,
-    Priority = 4,
-    Arrival = 5,
-}
-
-fn stream(seed: u64, which: Stream) -> ChaCha8Rng {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(which as u64);
-    rng
-}
-
 /// One job's draws, before arrivals and steps.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Draw {
@@ -354,52 +336,35 @@ fn reference_rates(spec: &GeneratorSpec, table: &ThroughputTable) -> Result<Vec<
     Ok(out)
 }
 
-/// Every job's template, gang size, duration and priority.
+/// Every job's template, gang size, duration and priority, drawn as
+/// Gavel draws them.
 fn draw(spec: &GeneratorSpec) -> Vec<Draw> {
-    let mut template_rng = stream(spec.seed, Stream::Template);
-    let mut sf_rng = stream(spec.seed, Stream::ScaleFactor);
-    let mut duration_rng = stream(spec.seed, Stream::Duration);
-    let mut priority_rng = stream(spec.seed, Stream::Priority);
-    let distributed: Vec<usize> = (0..JOB_TABLE.len())
-        .filter(|&i| JOB_TABLE[i].distributed)
-        .collect();
+    match spec.kind {
+        GeneratorKind::Offline => draw_offline(spec),
+        GeneratorKind::PhillyLike => draw_philly(spec),
+    }
+}
+
+/// `generate_trace.py`: one `random.Random` per purpose, seeded `seed`
+/// (template), `seed + 2` (duration) and `seed + 3` (gang size); the gang
+/// size is drawn only for a distributed template with multi-GPU on.
+/// Gavel's script has no priorities; ours come from `seed + 4`.
+fn draw_offline(spec: &GeneratorSpec) -> Vec<Draw> {
+    let mut template_rng = PyRandom::new(spec.seed);
+    let mut duration_rng = PyRandom::new(spec.seed.wrapping_add(2));
+    let mut sf_rng = PyRandom::new(spec.seed.wrapping_add(3));
+    let mut priority_rng = PyRandom::new(spec.seed.wrapping_add(4));
     let hours = offline_durations_h(spec);
     (0..spec.num_jobs)
         .map(|_| {
-            let (template, scale_factor, duration_s) = match spec.kind {
-                GeneratorKind::Offline => {
-                    let template = template_rng.random_range(0..JOB_TABLE.len());
-                    let scale_factor = if spec.multi_gpu && JOB_TABLE[template].distributed {
-                        offline_scale_factor(sf_rng.random::<f64>())
-                    } else {
-                        1
-                    };
-                    let h = hours[duration_rng.random_range(0..hours.len())];
-                    (template, scale_factor, 3600.0 * h)
-                }
-                GeneratorKind::PhillyLike => {
-                    let scale_factor = if spec.multi_gpu {
-                        philly_scale_factor(sf_rng.random::<f64>())
-                    } else {
-                        1
-                    };
-                    let duration_s = philly_duration_s(&mut duration_rng);
-                    // Gavel redraws from all 26 until it gets a distributed
-                    // template when sf > 1: the same as one uniform draw from
-                    // the distributed ones.
-                    let template = if scale_factor == 1 {
-                        template_rng.random_range(0..JOB_TABLE.len())
-                    } else {
-                        distributed[template_rng.random_range(0..distributed.len())]
-                    };
-                    (template, scale_factor, duration_s)
-                }
-            };
-            let priority_weight = if spec.multi_priority && priority_rng.random::<f64>() <= 0.2 {
-                5.0
+            let template = template_rng.below(JOB_TABLE.len());
+            let scale_factor = if spec.multi_gpu && JOB_TABLE[template].distributed {
+                offline_scale_factor(sf_rng.uniform(0.0, 1.0))
             } else {
-                1.0
+                1
             };
+            let duration_s = 3600.0 * hours[duration_rng.below(hours.len())];
+            let priority_weight = priority(spec, &mut priority_rng);
             Draw {
                 template,
                 scale_factor,
@@ -408,6 +373,45 @@ fn draw(spec: &GeneratorSpec) -> Vec<Draw> {
             }
         })
         .collect()
+}
+
+/// `utils.generate_job` as Gavel's simulator calls it: every draw of a job
+/// from the one stream seeded `seed + 2`, in Gavel's order: a gang size
+/// (drawn even when multi-GPU is off, then set to 1), a duration, a
+/// template (redrawn until it is distributed when the gang size is > 1),
+/// and with multi-priority on, a priority.
+fn draw_philly(spec: &GeneratorSpec) -> Vec<Draw> {
+    let mut rng = PyRandom::new(spec.seed.wrapping_add(2));
+    (0..spec.num_jobs)
+        .map(|_| {
+            let drawn_sf = philly_scale_factor(rng.uniform(0.0, 1.0));
+            let duration_s = philly_duration_s(&mut rng);
+            let scale_factor = if spec.multi_gpu { drawn_sf } else { 1 };
+            let template = loop {
+                let t = rng.below(JOB_TABLE.len());
+                if scale_factor == 1 || JOB_TABLE[t].distributed {
+                    break t;
+                }
+            };
+            let priority_weight = priority(spec, &mut rng);
+            Draw {
+                template,
+                scale_factor,
+                duration_s,
+                priority_weight,
+            }
+        })
+        .collect()
+}
+
+/// Priority weight 5 with p = 0.2 (`uniform(0, 1) <= 0.2`) when
+/// multi-priority is on, else 1 without a draw.
+fn priority(spec: &GeneratorSpec, rng: &mut PyRandom) -> f64 {
+    if spec.multi_priority && rng.uniform(0.0, 1.0) <= 0.2 {
+        5.0
+    } else {
+        1.0
+    }
 }
 
 /// `numpy.linspace(min_hours, max_hours, duration_choices)`.
@@ -454,32 +458,47 @@ fn philly_scale_factor(r: f64) -> u32 {
 
 /// `utils._generate_duration`: seconds, 20 % log-uniform in 10^3..10^4
 /// minutes, 80 % log-uniform in 10^1.5..10^3 minutes.
-fn philly_duration_s(rng: &mut ChaCha8Rng) -> f64 {
-    let (lo, hi) = if rng.random::<f64>() >= 0.8 {
-        (3.0, 4.0)
+fn philly_duration_s(rng: &mut PyRandom) -> f64 {
+    let exponent = if rng.random() >= 0.8 {
+        rng.uniform(3.0, 4.0)
     } else {
-        (1.5, 3.0)
+        rng.uniform(1.5, 3.0)
     };
-    let exponent = lo + (hi - lo) * rng.random::<f64>();
     60.0 * 10f64.powf(exponent)
 }
 
 /// Arrival times: job 0 at 0, then exponential gaps of mean
-/// `3600 / jobs_per_hour` s (`-ln(1 - U) * mean`, as Gavel), accumulated
-/// in full precision; all 0 without a rate.
+/// `lam = 3600 / jobs_per_hour` s, accumulated in full precision; all 0
+/// without a rate. Both of Gavel's generators draw the gaps from their own
+/// stream (`seed + 1` offline, `seed + 3` in the simulator), with the
+/// same arithmetic as theirs, so that the times match to the last bit.
+/// The offline script writes times as whole seconds (`%d`); so do we.
 fn arrivals(spec: &GeneratorSpec) -> Vec<f64> {
     let Some(rate) = spec.jobs_per_hour else {
         return vec![0.0; spec.num_jobs];
     };
-    let mean = 3600.0 / rate;
-    let mut rng = stream(spec.seed, Stream::Arrival);
+    let lam = 3600.0 / rate;
+    let (mut rng, whole_seconds) = match spec.kind {
+        GeneratorKind::Offline => (PyRandom::new(spec.seed.wrapping_add(1)), true),
+        GeneratorKind::PhillyLike => (PyRandom::new(spec.seed.wrapping_add(3)), false),
+    };
     let mut now = 0.0;
     (0..spec.num_jobs)
         .map(|i| {
             if i > 0 {
-                now += -(1.0 - rng.random::<f64>()).ln() * mean;
+                let gap = match spec.kind {
+                    // generate_trace.py: -log(1 - U) * lam
+                    GeneratorKind::Offline => -(1.0 - rng.random()).ln() * lam,
+                    // scheduler.py: -log(1 - U) / (1 / lam)
+                    GeneratorKind::PhillyLike => -(1.0 - rng.random()).ln() / (1.0 / lam),
+                };
+                now += gap;
             }
-            now
+            if whole_seconds {
+                now.trunc()
+            } else {
+                now
+            }
         })
         .collect()
 }
@@ -592,17 +611,75 @@ mod tests {
         assert!(a
             .iter()
             .all(|j| j.scale_factor == 1 && j.priority_weight == 1.0));
-        // Philly-like: durations do not depend on multi-GPU either.
+        // Philly-like: one stream for everything, as in Gavel's simulator,
+        // so multi-GPU shifts the draws after the first redrawn template
+        // (a gang > 1 redraws until the template is distributed); the
+        // first job's gang size and duration come before any such draw.
         let p1 = GeneratorSpec::new(GeneratorKind::PhillyLike, 300, 3);
         let p2 = GeneratorSpec {
             multi_gpu: true,
             ..p1.clone()
         };
         let (d1, d2) = (draw(&p1), draw(&p2));
-        assert!(d1
+        assert_eq!(d1[0].duration_s, d2[0].duration_s);
+        assert_ne!(d1, d2);
+    }
+
+    #[test]
+    fn offline_seed_0_is_gavels_runs_a_and_b() {
+        // Gavel's own output of generate_trace.py, byte for byte: the
+        // check that our Mersenne Twister, streams and order of draws are
+        // Gavel's.
+        let table = ThroughputTable::gavel();
+        for (multi_gpu, file) in [
+            (
+                true,
+                include_str!("../../data/gavel/static_100jobs_multigpu_seed0.trace"),
+            ),
+            (
+                false,
+                include_str!("../../data/gavel/static_100jobs_singlegpu_seed0.trace"),
+            ),
+        ] {
+            let s = GeneratorSpec {
+                multi_gpu,
+                ..GeneratorSpec::new(GeneratorKind::Offline, 100, 0)
+            };
+            assert_eq!(
+                write_trace(&generate(&s, &table).unwrap()),
+                file,
+                "multi-GPU {multi_gpu}"
+            );
+        }
+    }
+
+    const PHILLY_SEED_0: [(&str, u64, f64); 3] = [
+        ("ResNet-18 (batch size 64)", 1_646_636, 0.0),
+        ("Transformer (batch size 16)", 343_170, 150.5145064063394),
+        (
+            "Recommendation (batch size 2048)",
+            16_034,
+            585.7075861717512,
+        ),
+    ];
+
+    #[test]
+    fn philly_seed_0_starts_as_gavels_simulator() {
+        // The first jobs of Gavel's continuous runs (seed 0), as its
+        // simulator draws them: computed with CPython 3.11 from
+        // utils.generate_job's draws on random.Random(2) and the gaps on
+        // random.Random(3) at 6.5 jobs/h.
+        let table = ThroughputTable::gavel();
+        let s = GeneratorSpec {
+            jobs_per_hour: Some(6.5),
+            ..GeneratorSpec::new(GeneratorKind::PhillyLike, 3, 0)
+        };
+        let jobs = generate(&s, &table).unwrap();
+        let got: Vec<(&str, u64, f64)> = jobs
             .iter()
-            .zip(&d2)
-            .all(|(x, y)| x.duration_s == y.duration_s));
+            .map(|j| (j.job_type.as_str(), j.total_steps, j.arrival_s))
+            .collect();
+        assert_eq!(got, PHILLY_SEED_0);
     }
 
     #[test]

@@ -5,5 +5,6 @@
 
 pub mod gavel;
 pub mod generate;
+pub mod pyrandom;
 
 pub use gavel::{parse_trace, read_trace, write_trace, TraceFormat};
