@@ -1,5 +1,5 @@
-//! Hadar against the bar on Gavel's static runs A and B (4:4:4): regression
-//! tests for the results in docs/algorithm.md.
+//! Hadar against the bar on Gavel's static runs A and B (4:4:4) and on its
+//! continuous workload: regression tests for the results in docs/algorithm.md.
 
 use hadar_core::reproduce::{gavel_runs, workload_of};
 use hadar_core::scheduler::PolicyKind;
@@ -80,4 +80,43 @@ fn hadare_beats_gavels_best_makespan_on_the_physical_trace() {
     );
     // And it respects the forked-job bound.
     assert!(s.makespan_s >= s.forked_lower_bound_s.expect("bound") * (1.0 - 1e-9));
+}
+
+/// Gavel's continuous workload at 6.5 jobs/h (Philly-like, seed 0, 12,000
+/// single-GPU jobs, 36:36:36, window 4000..5000): more work arrives than
+/// the cluster can serve, so without aging the longest jobs wait as long
+/// as arrivals go on. With the default aging, the window finishes while
+/// jobs still arrive (no warning), and Hadar's mean JCT stays at least 2x
+/// below the 65.3 h Gavel's `max_min_fairness_perf` printed (measured:
+/// 30.5 h, 2.14x; the 2.5x is not met, see docs/algorithm.md).
+#[test]
+fn saturated_cluster_no_starvation_and_twice_better_than_max_min_fairness() {
+    use hadar_core::cluster::Cluster;
+    use hadar_core::throughput::ThroughputTable;
+    use hadar_core::trace::generate::{generate, GeneratorKind, GeneratorSpec};
+    use hadar_core::workload::Workload;
+    use std::sync::Arc;
+
+    let table = Arc::new(ThroughputTable::gavel());
+    let spec = GeneratorSpec {
+        jobs_per_hour: Some(6.5),
+        ..GeneratorSpec::new(GeneratorKind::PhillyLike, 12_000, 0)
+    };
+    let jobs = generate(&spec, &table).expect("generated");
+    let cluster = Arc::new(Cluster::from_short_form("v100=36,p100=36,k80=36", 1).expect("cluster"));
+    let workload = Workload::new(jobs, cluster, table, "philly seed 0").expect("workload");
+    let settings = SimSettings {
+        window: Some((4000, 5000)),
+        makespan_bound: false,
+        ..SimSettings::default()
+    };
+    let s = Experiment::new(Arc::new(workload), settings)
+        .expect("experiment")
+        .run(PolicyKind::Hadar, &mut |_| {})
+        .expect("simulation")
+        .summary;
+    assert_eq!(s.jobs_completed, 1000);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let hours = s.avg_jct_s / 3600.0;
+    assert!(65.3 / hours >= 2.0, "Hadar {hours:.2} h");
 }

@@ -144,8 +144,10 @@ pub struct HadarArgs {
     /// (default: shortest for hadar, longest for hadar:makespan).
     #[arg(long, value_parser = ["shortest", "longest", "arrival"])]
     pub hadar_order: Option<String>,
-    /// Aging of the shortest-first order in seconds (0: off).
-    #[arg(long, default_value_t = HadarSettings::default().aging_s, value_name = "S")]
+    /// Aging of the shortest-first order (starvation guard): seconds of
+    /// remaining time forgiven per second a job has waited (0: off). A job
+    /// that has waited its remaining time over X comes before any new job.
+    #[arg(long, default_value_t = HadarSettings::default().aging, value_name = "X")]
     pub hadar_aging: f64,
     /// Admission: run a job only if its loss plus cost is at most this many
     /// times its loss alone on its fastest type (inf: admit all).
@@ -179,7 +181,7 @@ impl HadarArgs {
                 "arrival" => JobOrder::Arrival,
                 _ => JobOrder::ShortestFirst,
             }),
-            aging_s: self.hadar_aging,
+            aging: self.hadar_aging,
             admission: self.hadar_admission,
             mixed_types: !self.hadar_no_mixed_types,
             backfill: !self.hadar_no_backfill,

@@ -37,7 +37,7 @@ pub use utility::Utility;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobOrder {
     /// Shortest remaining time (alone on its fastest type) over weight first,
-    /// aged by the time the job has waited.
+    /// less the aging credit for the time since the job arrived.
     ShortestFirst,
     /// Longest remaining time first (for makespan).
     LongestFirst,
@@ -70,9 +70,13 @@ pub struct HadarSettings {
     pub price_base: f64,
     /// How much a fully committed type costs over an idle one (`U / L`).
     pub price_ratio: f64,
-    /// Aging for the shortest-first order: a job that has waited this long
-    /// counts as half as long (starvation guard). 0 turns aging off.
-    pub aging_s: f64,
+    /// Aging for the shortest-first order (starvation guard): each second a
+    /// job has waited takes this many seconds off the remaining time it is
+    /// ordered by. A job that has waited `remaining / aging` comes before
+    /// every new arrival, so no job waits longer than that while others
+    /// arrive. 0 turns aging off (then, with more work arriving than the
+    /// cluster can serve, the longest jobs can wait as long as arrivals go on).
+    pub aging: f64,
     /// Admission: a job runs only if its loss plus cost is at most this many
     /// times the loss of finishing alone on its fastest type from now.
     pub admission: f64,
@@ -104,7 +108,7 @@ impl Default for HadarSettings {
             horizon_rounds: 64,
             price_base: 4.0,
             price_ratio: 2.0,
-            aging_s: 0.0,
+            aging: 0.15,
             admission: f64::INFINITY,
             mixed_types: true,
             makespan_slack: 0.0,
@@ -186,8 +190,11 @@ impl HadarScheduler {
         if !(settings.price_base >= 0.0 && settings.price_base.is_finite()) {
             return Err(Error::setting("price_base", "must be a number >= 0"));
         }
-        if settings.aging_s < 0.0 || settings.aging_s.is_nan() {
-            return Err(Error::setting("aging_s", "must be seconds >= 0 (0: off)"));
+        if !(settings.aging >= 0.0 && settings.aging.is_finite()) {
+            return Err(Error::setting(
+                "aging",
+                "must be a number >= 0 (seconds forgiven per second waited; 0: off)",
+            ));
         }
         if settings.makespan_resolve_s < 0.0 || settings.makespan_resolve_s.is_nan() {
             return Err(Error::setting("makespan_resolve_s", "must be seconds >= 0"));
@@ -259,12 +266,12 @@ impl HadarScheduler {
                 let left = ctx.state.remaining(w, j) as f64 / best.max(1e-12);
                 let key = match self.order {
                     JobOrder::ShortestFirst => {
-                        let age = if self.settings.aging_s > 0.0 {
-                            1.0 + (ctx.now_s - job.arrival_s) / self.settings.aging_s
-                        } else {
-                            1.0
-                        };
-                        left / job.priority_weight / age
+                        // Additive, not a divisor: a divisor lets a long job
+                        // wait in proportion to its length times the aging
+                        // time, which did not stop starvation at 6.5 jobs/h
+                        // (docs/algorithm.md).
+                        left / job.priority_weight
+                            - self.settings.aging * (ctx.now_s - job.arrival_s).max(0.0)
                     }
                     JobOrder::LongestFirst => -left * f64::from(job.scale_factor),
                     JobOrder::Arrival => job.arrival_s,
@@ -681,6 +688,10 @@ mod tests {
     /// Two types, `fast` (1 GPU) and `slow` (2 GPUs); three single-GPU jobs:
     /// `a` gains 4x on fast, `b` and `c` only 1.25x.
     fn workload(steps: [u64; 3]) -> Workload {
+        workload_arriving(steps, [0.0; 3])
+    }
+
+    fn workload_arriving(steps: [u64; 3], arrivals: [f64; 3]) -> Workload {
         let mut t = ThroughputTable::default();
         t.set_isolated("a", 1, "fast", 4.0);
         t.set_isolated("a", 1, "slow", 1.0);
@@ -690,14 +701,14 @@ mod tests {
         }
         let jobs = ["a", "b", "c"]
             .iter()
-            .zip(steps)
+            .zip(steps.into_iter().zip(arrivals))
             .enumerate()
-            .map(|(i, (m, s))| Job {
+            .map(|(i, (m, (s, arrival_s)))| Job {
                 id: JobId(i as u32),
                 job_type: (*m).into(),
                 scale_factor: 1,
                 total_steps: s,
-                arrival_s: 0.0,
+                arrival_s,
                 priority_weight: 1.0,
                 slo_s: None,
                 launch: Launch::default(),
@@ -828,6 +839,50 @@ mod tests {
             e.outcome,
             Outcome::Ran(ref g) | Outcome::Backfilled(ref g) if g.len() == 1
         ));
+    }
+
+    #[test]
+    fn aging_puts_a_long_waiting_job_before_new_short_ones() {
+        // c (1,200 s alone on fast) arrived at 0; a (100 s) and b (120 s)
+        // arrive at `now`. With aging 0.15, c's key is 1200 - 0.15 * now:
+        // it passes a's 100 once it has waited (1200 - 100) / 0.15 s.
+        let order_at = |now: f64, aging: f64| {
+            let w = workload_arriving([400, 300, 3000], [now, now, 0.0]);
+            let h = HadarScheduler::new(
+                "hadar",
+                &w,
+                HadarSettings {
+                    aging,
+                    ..HadarSettings::default()
+                },
+            )
+            .unwrap();
+            let st = state(&w);
+            let ctx = RoundContext {
+                workload: &w,
+                state: &st,
+                now_s: now,
+                round: 0,
+                round_s: 100.0,
+                arrived: &[],
+                completed: &[],
+                last_round: None,
+            };
+            h.order_jobs(&ctx)
+        };
+        let ids = |v: Vec<JobId>| v.into_iter().map(|j| j.0).collect::<Vec<_>>();
+        // Keys (s): a 100, b 120, c 1200 - 0.15 * now.
+        assert_eq!(ids(order_at(7_000.0, 0.15)), [0, 1, 2]); // c: 150
+        assert_eq!(ids(order_at(7_250.0, 0.15)), [0, 2, 1]); // c: 112.5
+        assert_eq!(ids(order_at(7_250.0, 0.135)), [0, 1, 2]); // c: 221
+        assert_eq!(ids(order_at(7_400.0, 0.15)), [2, 0, 1]); // c: 90
+                                                             // Without aging, c waits behind every shorter job however long.
+        assert_eq!(ids(order_at(1e9, 0.0)), [0, 1, 2]);
+        let bad = HadarSettings {
+            aging: -1.0,
+            ..HadarSettings::default()
+        };
+        assert!(HadarScheduler::new("hadar", &workload([1, 1, 1]), bad).is_err());
     }
 
     #[test]
