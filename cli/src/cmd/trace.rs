@@ -55,7 +55,7 @@ Examples:
   # Gavel's static run A style: 100 jobs at t=0, gang sizes 1/2/4
   hadar trace generate --generator offline --jobs 100 --multi-gpu --seed 0 --out static.trace
   # A continuous workload: Poisson arrivals, 5 jobs per hour on average
-  hadar trace generate --generator philly --jobs 6000 --jobs-per-hour 5 --seed 0 --out cont.trace";
+  hadar trace generate --generator philly --jobs 8000 --jobs-per-hour 5 --seed 0 --out cont.trace";
 
 const CHECK_EXAMPLES: &str = "\
 Examples:
