@@ -1,3 +1,5 @@
-//! Shared helpers for the end-to-end tests: the backend conformance suite.
+//! Shared helpers for the end-to-end tests: the backend conformance suite
+//! and Gavel's continuous workload.
 
 pub mod conformance;
+pub mod gavel_continuous;

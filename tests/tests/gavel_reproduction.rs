@@ -64,34 +64,8 @@ fn no_schedule_beats_the_lp_lower_bound() {
 /// run long enough that jobs still arrive when the window's last job ends,
 /// as Gavel's simulator keeps generating until then.
 fn continuous_mmf(jobs_per_hour: f64, num_jobs: usize) -> hadar_core::metrics::Summary {
-    use hadar_core::cluster::Cluster;
-    use hadar_core::scheduler::PolicyKind;
-    use hadar_core::sim::{Experiment, SimSettings};
-    use hadar_core::throughput::ThroughputTable;
-    use hadar_core::trace::generate::{generate, GeneratorKind, GeneratorSpec};
-    use hadar_core::workload::Workload;
-    use std::sync::Arc;
-
-    let table = Arc::new(ThroughputTable::gavel());
-    let spec = GeneratorSpec {
-        jobs_per_hour: Some(jobs_per_hour),
-        ..GeneratorSpec::new(GeneratorKind::PhillyLike, num_jobs, 0)
-    };
-    let jobs = generate(&spec, &table).expect("generated");
-    let cluster = Arc::new(Cluster::from_short_form("v100=36,p100=36,k80=36", 1).expect("cluster"));
-    let workload = Workload::new(jobs, cluster, table, "philly seed 0").expect("workload");
-    let settings = SimSettings {
-        window: Some((4000, 5000)),
-        makespan_bound: false,
-        ..SimSettings::default()
-    };
-    let exp = Experiment::new(Arc::new(workload), settings).expect("experiment");
-    exp.run(
-        PolicyKind::parse("max_min_fairness_perf").expect("policy"),
-        &mut |_| {},
-    )
-    .expect("simulation")
-    .summary
+    let policy = hadar_core::scheduler::PolicyKind::parse("max_min_fairness_perf").expect("policy");
+    hadar_tests::gavel_continuous::run(policy, jobs_per_hour, num_jobs)
 }
 
 #[test]

@@ -91,30 +91,7 @@ fn hadare_beats_gavels_best_makespan_on_the_physical_trace() {
 /// 30.5 h, 2.14x; the 2.5x is not met, see docs/algorithm.md).
 #[test]
 fn saturated_cluster_no_starvation_and_twice_better_than_max_min_fairness() {
-    use hadar_core::cluster::Cluster;
-    use hadar_core::throughput::ThroughputTable;
-    use hadar_core::trace::generate::{generate, GeneratorKind, GeneratorSpec};
-    use hadar_core::workload::Workload;
-    use std::sync::Arc;
-
-    let table = Arc::new(ThroughputTable::gavel());
-    let spec = GeneratorSpec {
-        jobs_per_hour: Some(6.5),
-        ..GeneratorSpec::new(GeneratorKind::PhillyLike, 12_000, 0)
-    };
-    let jobs = generate(&spec, &table).expect("generated");
-    let cluster = Arc::new(Cluster::from_short_form("v100=36,p100=36,k80=36", 1).expect("cluster"));
-    let workload = Workload::new(jobs, cluster, table, "philly seed 0").expect("workload");
-    let settings = SimSettings {
-        window: Some((4000, 5000)),
-        makespan_bound: false,
-        ..SimSettings::default()
-    };
-    let s = Experiment::new(Arc::new(workload), settings)
-        .expect("experiment")
-        .run(PolicyKind::Hadar, &mut |_| {})
-        .expect("simulation")
-        .summary;
+    let s = hadar_tests::gavel_continuous::run(PolicyKind::Hadar, 6.5, 12_000);
     assert_eq!(s.jobs_completed, 1000);
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
     let hours = s.avg_jct_s / 3600.0;
