@@ -256,7 +256,7 @@ impl Experiment {
             return out;
         };
         let jobs = self.workload.jobs();
-        let last_arrival_s = jobs.last().map_or(0.0, |j| j.arrival_s);
+        let last_arrival_s = jobs.iter().map(|j| j.arrival_s).fold(0.0, f64::max);
         if (b as usize) < jobs.len() && window_end_s > last_arrival_s {
             out.push(format!(
                 "the trace's last job arrives at {:.1} h, before the window's last job finished \

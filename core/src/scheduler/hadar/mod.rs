@@ -871,12 +871,13 @@ mod tests {
             h.order_jobs(&ctx)
         };
         let ids = |v: Vec<JobId>| v.into_iter().map(|j| j.0).collect::<Vec<_>>();
-        // Keys (s): a 100, b 120, c 1200 - 0.15 * now.
-        assert_eq!(ids(order_at(7_000.0, 0.15)), [0, 1, 2]); // c: 150
-        assert_eq!(ids(order_at(7_250.0, 0.15)), [0, 2, 1]); // c: 112.5
-        assert_eq!(ids(order_at(7_250.0, 0.135)), [0, 1, 2]); // c: 221
-        assert_eq!(ids(order_at(7_400.0, 0.15)), [2, 0, 1]); // c: 90
-                                                             // Without aging, c waits behind every shorter job however long.
+        // Keys (s): a 100, b 120, c 1200 - aging * now, that is c at 150,
+        // 112.5, 221 and 90 below.
+        assert_eq!(ids(order_at(7_000.0, 0.15)), [0, 1, 2]);
+        assert_eq!(ids(order_at(7_250.0, 0.15)), [0, 2, 1]);
+        assert_eq!(ids(order_at(7_250.0, 0.135)), [0, 1, 2]);
+        assert_eq!(ids(order_at(7_400.0, 0.15)), [2, 0, 1]);
+        // Without aging, c waits behind every shorter job however long.
         assert_eq!(ids(order_at(1e9, 0.0)), [0, 1, 2]);
         let bad = HadarSettings {
             aging: -1.0,
