@@ -48,20 +48,28 @@ pub trait AllocationPolicy: Send {
     fn allocate(&mut self, input: &AllocationInput<'_>) -> Result<Vec<f64>>;
 }
 
+/// `rows x k` variables `X[r][w] >= 0` (row-major) with every row's time
+/// fractions summing to at most 1, the constraint all of Gavel's LPs share.
+/// `X <= 1` follows from the row constraint; leaving the bound out keeps the
+/// LP smaller.
+fn time_fractions(lp: &mut Lp, rows: usize, k: usize) -> Vec<Variable> {
+    let x: Vec<Variable> = (0..rows * k).map(|_| lp.nonneg()).collect();
+    for r in 0..rows {
+        let mut row = Expression::from(0.0);
+        for w in 0..k {
+            row.add_mul(1.0, x[r * k + w]);
+        }
+        lp.le(row, 1.0);
+    }
+    x
+}
+
 /// The LP variables `X[j][w]` with the base constraints.
 fn base_lp(input: &AllocationInput<'_>) -> (Lp, Vec<Variable>) {
     let k = input.k();
     let m = input.jobs.len();
     let mut lp = Lp::new();
-    // `X <= 1` follows from the row constraint.
-    let x: Vec<Variable> = (0..m * k).map(|_| lp.nonneg()).collect();
-    for i in 0..m {
-        let mut row = Expression::from(0.0);
-        for w in 0..k {
-            row.add_mul(1.0, x[i * k + w]);
-        }
-        lp.le(row, 1.0);
-    }
+    let x = time_fractions(&mut lp, m, k);
     for w in 0..k {
         let mut col = Expression::from(0.0);
         for i in 0..m {
@@ -125,16 +133,7 @@ impl AllocationPolicy for MaxMinFairness {
         let total: f64 = input.gpus.iter().map(|&c| f64::from(c)).sum();
         let mut lp = Lp::new();
         let c = classes.reps.len();
-        // `X <= 1` follows from the row constraint; leaving the bound out keeps
-        // the LP smaller.
-        let x: Vec<Variable> = (0..c * k).map(|_| lp.nonneg()).collect();
-        for ci in 0..c {
-            let mut row = Expression::from(0.0);
-            for w in 0..k {
-                row.add_mul(1.0, x[ci * k + w]);
-            }
-            lp.le(row, 1.0);
-        }
+        let x = time_fractions(&mut lp, c, k);
         for w in 0..k {
             let mut col = Expression::from(0.0);
             for (ci, &i) in classes.reps.iter().enumerate() {
