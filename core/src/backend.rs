@@ -19,6 +19,9 @@ pub struct Capabilities {
     pub gpu_binding: bool,
     /// Tasks can be paused and resumed in place (without a checkpoint).
     pub suspend: bool,
+    /// Two jobs' tasks may share the same GPUs in a round (space sharing, at
+    /// the table's measured co-location rates).
+    pub share_gpus: bool,
 }
 
 /// What one task did in a round.

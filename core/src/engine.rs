@@ -86,7 +86,9 @@ pub fn run_rounds(
     let mut rounds = Vec::new();
     let mut decisions = Vec::new();
     let mut gpu_busy_s = vec![0.0; workload.cluster().num_gpus()];
-    let mut open_spans: Vec<Option<GpuSpan>> = vec![None; workload.cluster().num_gpus()];
+    // Open spans per GPU: one, or two while jobs share it.
+    let mut open_spans: Vec<Vec<GpuSpan>> = vec![Vec::new(); workload.cluster().num_gpus()];
+    let share = backend.capabilities().share_gpus;
     let mut spans = Vec::new();
     let mut done = 0usize;
     let mut idle_rounds = 0u32;
@@ -136,14 +138,15 @@ pub fn run_rounds(
             length_s: settings.round_s,
             tasks: decision.tasks,
         };
-        check_plan(workload, &plan, scheduler.name())?;
+        check_plan(workload, &plan, share, scheduler.name())?;
         let report = backend.run_round(&plan, &state)?;
         index += 1;
 
         // Apply progress.
         let cluster = workload.cluster();
         let mut busy = vec![0u32; cluster.gpu_types().len()];
-        for (task, r) in plan.tasks.iter().zip(&report.tasks) {
+        let partners = plan.sharing();
+        for (i, (task, r)) in plan.tasks.iter().zip(&report.tasks).enumerate() {
             let j = task.job.index();
             let js = &mut state.jobs[j];
             js.task_rounds += 1;
@@ -158,9 +161,16 @@ pub fn run_rounds(
             if let Some(ty) = r.gpu_type {
                 js.seconds_on_type[ty.index()] += r.busy_s;
             }
+            // A shared GPU counts once, busy while either task runs.
+            let (count, busy_s) = match partners[i] {
+                Some(p) if p < i => (false, (r.busy_s - report.tasks[p].busy_s).max(0.0)),
+                _ => (true, r.busy_s),
+            };
             for &g in &task.gpus {
-                busy[cluster.gpu(g).gpu_type.index()] += 1;
-                gpu_busy_s[g.index()] += r.busy_s;
+                if count {
+                    busy[cluster.gpu(g).gpu_type.index()] += 1;
+                }
+                gpu_busy_s[g.index()] += busy_s;
                 extend_span(
                     &mut open_spans[g.index()],
                     &mut spans,
@@ -221,6 +231,7 @@ pub fn run_rounds(
         });
     }
     spans.extend(open_spans.into_iter().flatten());
+    // (Sorted by GPU then start; while jobs share a GPU its spans overlap.)
     spans.sort_by(|a, b| a.gpu.cmp(&b.gpu).then(a.start_s.total_cmp(&b.start_s)));
     Ok(LoopOutcome {
         state,
@@ -232,22 +243,24 @@ pub fn run_rounds(
     })
 }
 
+/// Extends `job`'s open span on `gpu` if it ran there up to `start`, else
+/// opens one; spans that ended before `start` are closed.
 fn extend_span(
-    open: &mut Option<GpuSpan>,
+    open: &mut Vec<GpuSpan>,
     closed: &mut Vec<GpuSpan>,
     gpu: u32,
     job: u32,
     start: f64,
     end: f64,
 ) {
-    if let Some(s) = open {
-        if s.job == job && (s.end_s - start).abs() < 1.0 {
-            s.end_s = end;
-            return;
-        }
-        closed.push(s.clone());
+    let contiguous = |s: &GpuSpan| (s.end_s - start).abs() < 1.0;
+    closed.extend(open.iter().filter(|s| !contiguous(s)).cloned());
+    open.retain(contiguous);
+    if let Some(s) = open.iter_mut().find(|s| s.job == job) {
+        s.end_s = end;
+        return;
     }
-    *open = Some(GpuSpan {
+    open.push(GpuSpan {
         gpu,
         job,
         start_s: start,
@@ -255,17 +268,51 @@ fn extend_span(
     });
 }
 
-/// Rejects plans that give a GPU twice, run a finished job, or split a gang
-/// copy into something the table cannot rate.
-fn check_plan(workload: &Workload, plan: &RoundPlan, policy: &str) -> Result<()> {
+/// Rejects plans that give a GPU twice (unless `share`: then to two jobs'
+/// gangs on exactly the same GPUs, a pair the table has measured), run a
+/// finished job, or split a gang copy into something the table cannot rate.
+fn check_plan(workload: &Workload, plan: &RoundPlan, share: bool, policy: &str) -> Result<()> {
     let mut used = vec![false; workload.cluster().num_gpus()];
+    let partners = if share {
+        plan.sharing()
+    } else {
+        vec![None; plan.tasks.len()]
+    };
+    for (i, p) in partners.iter().enumerate() {
+        let Some(p) = *p else { continue };
+        let (a, b) = (&plan.tasks[i], &plan.tasks[p]);
+        let cluster = workload.cluster();
+        let ty = cluster.gpu(a.gpus[0]).gpu_type;
+        let mut ga = a.gpus.clone();
+        let mut gb = b.gpus.clone();
+        ga.sort_unstable();
+        gb.sort_unstable();
+        let ok = a.job != b.job
+            && a.copy == 0
+            && b.copy == 0
+            && ga == gb
+            && a.gpus.iter().all(|&g| cluster.gpu(g).gpu_type == ty)
+            && workload
+                .colocated(a.job.index(), b.job.index(), ty)
+                .is_some();
+        if !ok {
+            return Err(internal(
+                policy,
+                format!(
+                    "jobs {} and {} share GPUs in round {} but not as one measured pair on \
+                     the same GPUs",
+                    a.job, b.job, plan.index
+                ),
+            ));
+        }
+    }
     let forked_jobs: std::collections::HashSet<JobId> = plan
         .tasks
         .iter()
         .filter(|t| t.copy > 0)
         .map(|t| t.job)
         .collect();
-    for t in &plan.tasks {
+    for (i, t) in plan.tasks.iter().enumerate() {
         if t.gpus.is_empty() {
             return Err(internal(
                 policy,
@@ -293,6 +340,10 @@ fn check_plan(workload: &Workload, plan: &RoundPlan, policy: &str) -> Result<()>
                     ),
                 ));
             }
+        }
+        // The second of a checked pair reuses its partner's GPUs.
+        if partners[i].is_some_and(|p| p < i) {
+            continue;
         }
         for &g in &t.gpus {
             if std::mem::replace(&mut used[g.index()], true) {
@@ -331,4 +382,141 @@ fn stalled(workload: &Workload, state: &JobsState) -> Error {
             stuck.join(", ")
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::Capabilities;
+    use crate::cluster::{Cluster, GpuId};
+    use crate::job::{Job, Launch};
+    use crate::plan::{MixedRate, Task};
+    use crate::scheduler::Decision;
+    use crate::sim::SimBackend;
+    use crate::state::JobsState;
+    use crate::throughput::ThroughputTable;
+
+    /// Runs the active jobs on fixed GPUs, every round.
+    struct Fixed(Vec<(u32, u32)>);
+
+    impl Scheduler for Fixed {
+        fn name(&self) -> &str {
+            "fixed"
+        }
+        fn plan(&mut self, ctx: &RoundContext<'_>) -> Result<Decision> {
+            let tasks = self
+                .0
+                .iter()
+                .filter(|(j, _)| ctx.state.active.contains(&JobId(*j)))
+                .map(|&(j, g)| Task {
+                    job: JobId(j),
+                    copy: 0,
+                    gpus: vec![GpuId(g)],
+                })
+                .collect();
+            Ok(Decision {
+                tasks,
+                solved: false,
+            })
+        }
+    }
+
+    /// The simulator, minus space sharing.
+    struct NoSharing(SimBackend);
+
+    impl RoundBackend for NoSharing {
+        fn name(&self) -> &str {
+            "no-sharing"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                share_gpus: false,
+                ..self.0.capabilities()
+            }
+        }
+        fn run_round(&mut self, plan: &RoundPlan, state: &JobsState) -> Result<RoundReport> {
+            self.0.run_round(plan, state)
+        }
+    }
+
+    /// Jobs `a` (300 steps), `b` (200) and `c` (100) on one GPU of `fast`;
+    /// `a` and `b` measured together at 3 and 2 steps/s.
+    fn workload() -> Arc<Workload> {
+        let mut t = ThroughputTable::default();
+        for (m, r) in [("a", 4.0), ("b", 2.5), ("c", 1.0)] {
+            t.set_isolated(m, 1, "fast", r);
+        }
+        t.set_colocated("a", "b", 1, "fast", [3.0, 2.0]);
+        let jobs = [("a", 300), ("b", 200), ("c", 100)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, steps))| Job {
+                id: JobId(i as u32),
+                job_type: m.into(),
+                scale_factor: 1,
+                total_steps: steps,
+                arrival_s: 0.0,
+                priority_weight: 1.0,
+                slo_s: None,
+                launch: Launch::default(),
+            })
+            .collect();
+        let cluster = Arc::new(Cluster::from_short_form("fast=1", 1).unwrap());
+        Arc::new(Workload::new(jobs, cluster, Arc::new(t), "t").unwrap())
+    }
+
+    fn run(
+        w: &Arc<Workload>,
+        pairs: Vec<(u32, u32)>,
+        backend: &mut dyn RoundBackend,
+    ) -> Result<LoopOutcome> {
+        let settings = LoopSettings {
+            round_s: 100.0,
+            window: Some((0, 2)),
+        };
+        run_rounds(w, &mut Fixed(pairs), backend, &settings, &mut |_| {})
+    }
+
+    #[test]
+    fn two_jobs_share_a_gpu_at_their_measured_pair_rates() {
+        let w = workload();
+        let mut sim = SimBackend::new(w.clone(), MixedRate::Min);
+        let out = run(&w, vec![(0, 0), (1, 0)], &mut sim).unwrap();
+        // a: 300 steps at 3/s, b: 200 at 2/s: both done in the first round.
+        for j in 0..2 {
+            assert_eq!(out.state.jobs[j].finish_s, Some(100.0), "job {j}");
+        }
+        // The GPU was busy 100 s, not 200.
+        assert_eq!(out.gpu_busy_s, vec![100.0]);
+        assert_eq!(out.rounds[0].busy_gpus, vec![1]);
+        assert_eq!(out.spans.len(), 2, "{:?}", out.spans);
+    }
+
+    #[test]
+    fn sharing_needs_a_measured_pair_and_a_backend_that_can() {
+        let w = workload();
+        // a and c were never measured together.
+        let mut sim = SimBackend::new(w.clone(), MixedRate::Min);
+        let err = run(&w, vec![(0, 0), (2, 0)], &mut sim)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("jobs 0 and 2 share GPUs in round 0 but not as one measured pair"),
+            "{err}"
+        );
+        // A backend that cannot share GPUs gets none shared.
+        let mut plain = NoSharing(SimBackend::new(w.clone(), MixedRate::Min));
+        let err = run(&w, vec![(0, 0), (1, 0)], &mut plain)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("GPU 0 given twice in round 0"), "{err}");
+        // Three jobs on one GPU are never a pair.
+        let mut sim = SimBackend::new(w.clone(), MixedRate::Min);
+        let err = run(&w, vec![(0, 0), (1, 0), (2, 0)], &mut sim)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("GPU 0 given twice"), "{err}");
+    }
 }

@@ -28,8 +28,48 @@ pub struct RoundPlan {
     pub start_s: f64,
     /// Nominal length (s).
     pub length_s: f64,
-    /// The tasks; no GPU appears twice.
+    /// The tasks. A GPU appears in one task, or in two tasks of different
+    /// jobs with the same GPUs (space sharing, where the backend can).
     pub tasks: Vec<Task>,
+}
+
+impl RoundPlan {
+    /// For each task, the task it shares its GPUs with (space sharing), if
+    /// any: the other task of a pair starting on the same GPU. (Whether the
+    /// pair is valid is the round loop's check; a third task on that GPU
+    /// pairs with nothing, so the check sees the GPU given twice.)
+    pub fn sharing(&self) -> Vec<Option<usize>> {
+        let mut first: std::collections::HashMap<GpuId, Option<usize>> =
+            std::collections::HashMap::new();
+        let mut out = vec![None; self.tasks.len()];
+        for (i, t) in self.tasks.iter().enumerate() {
+            let Some(&g) = t.gpus.first() else { continue };
+            match first.get_mut(&g) {
+                Some(slot @ Some(_)) => {
+                    let p = slot.take().unwrap_or(i);
+                    out[i] = Some(p);
+                    out[p] = Some(i);
+                }
+                Some(None) => {}
+                None => {
+                    first.insert(g, Some(i));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Steps/s of `task` while `other` shares its GPUs: the table's measured
+/// co-location rate on their (single) type; 0 where the table has none.
+pub fn shared_rate(workload: &Workload, task: &Task, other: &Task) -> f64 {
+    let Some(&g) = task.gpus.first() else {
+        return 0.0;
+    };
+    let ty = workload.cluster().gpu(g).gpu_type;
+    workload
+        .colocated(task.job.index(), other.job.index(), ty)
+        .map_or(0.0, |r| r[0])
 }
 
 /// How a gang spread over several GPU types progresses (setting `mixed_rate`).

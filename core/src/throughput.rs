@@ -332,6 +332,29 @@ impl ThroughputTable {
             .or_default()
             .isolated = rate;
     }
+
+    /// Inserts or replaces the measured rates of `a` and `b` (equal gang
+    /// size `scale_factor`) sharing GPUs of `gpu_type`: `[a's, b's]`, stored
+    /// under both keys as Gavel's table does.
+    pub fn set_colocated(
+        &mut self,
+        a: &str,
+        b: &str,
+        scale_factor: u32,
+        gpu_type: &str,
+        rates: [f64; 2],
+    ) {
+        let key = |m: &str| JobKey {
+            model: m.to_string(),
+            scale_factor,
+        };
+        let by_key = self.by_type.entry(gpu_type.to_string()).or_default();
+        for (this, other, pair) in [(a, b, rates), (b, a, [rates[1], rates[0]])] {
+            let list = &mut by_key.entry(key(this)).or_default().colocated;
+            list.retain(|(k, _)| *k != key(other));
+            list.push((key(other), pair));
+        }
+    }
 }
 
 impl std::fmt::Debug for ThroughputTable {

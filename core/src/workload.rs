@@ -1,6 +1,7 @@
 //! A workload: jobs checked against a cluster and a throughput table, with
 //! each job's rates resolved per cluster GPU type (dense, for the hot loops).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cluster::{Cluster, GpuTypeId};
@@ -17,6 +18,14 @@ pub struct Workload {
     /// `rates[job * types + type]`: isolated steps/s of the whole gang on that type
     /// (0 where the job cannot run).
     rates: Vec<f64>,
+    /// Space sharing: the jobs' distinct (model, gang size) keys, by job.
+    key_of: Vec<u32>,
+    /// Distinct keys.
+    keys: usize,
+    /// `colocated[(a * keys + b) * types + type]`: steps/s of keys `a` and
+    /// `b` sharing the same GPUs of that type (`a`'s, `b`'s); absent where
+    /// the table has no measurement of the pair.
+    colocated: Vec<Option<[f64; 2]>>,
 }
 
 impl Workload {
@@ -98,11 +107,15 @@ impl Workload {
                 ));
             }
         }
+        let (key_of, keys, colocated) = colocation(&jobs, &cluster, &table);
         Ok(Self {
             jobs,
             cluster,
             table,
             rates,
+            key_of,
+            keys,
+            colocated,
         })
     }
 
@@ -145,6 +158,15 @@ impl Workload {
         &self.rates[job * k..(job + 1) * k]
     }
 
+    /// Steps/s of jobs `a` and `b` sharing the same GPUs of type `ty` (space
+    /// sharing, measured pairs of the table): `[a's, b's]`; `None` where the
+    /// table has no measurement (then they cannot share).
+    pub fn colocated(&self, a: usize, b: usize, ty: GpuTypeId) -> Option<[f64; 2]> {
+        let (ka, kb) = (self.key_of[a] as usize, self.key_of[b] as usize);
+        let k = self.cluster.gpu_types().len();
+        self.colocated[(ka * self.keys + kb) * k + ty.index()]
+    }
+
     /// Steps/s of job `job` at another gang size on type `ty` (for planners that
     /// split a job, e.g. HadarE copies); `None` if the table lacks it.
     pub fn rate_at(&self, job: usize, scale_factor: u32, ty: GpuTypeId) -> Option<f64> {
@@ -152,6 +174,45 @@ impl Workload {
         self.table
             .isolated(&j.job_type, scale_factor, self.cluster.gpu_type_name(ty))
     }
+}
+
+/// The dense co-location table over the jobs' distinct keys (see
+/// [`Workload::colocated`]).
+fn colocation(
+    jobs: &[Job],
+    cluster: &Cluster,
+    table: &ThroughputTable,
+) -> (Vec<u32>, usize, Vec<Option<[f64; 2]>>) {
+    let mut index: HashMap<(&str, u32), u32> = HashMap::new();
+    let mut names: Vec<(&str, u32)> = Vec::new();
+    let key_of: Vec<u32> = jobs
+        .iter()
+        .map(|j| {
+            let key = (j.job_type.as_str(), j.scale_factor);
+            *index.entry(key).or_insert_with(|| {
+                names.push(key);
+                names.len() as u32 - 1
+            })
+        })
+        .collect();
+    let (n, k) = (names.len(), cluster.gpu_types().len());
+    let mut colocated = vec![None; n * n * k];
+    for (a, &(model, sf)) in names.iter().enumerate() {
+        for (t, ty) in cluster.gpu_types().iter().enumerate() {
+            let Some(rates) = table.rates(model, sf, ty) else {
+                continue;
+            };
+            for (other, pair) in &rates.colocated {
+                if let Some(&b) = index.get(&(other.model.as_str(), other.scale_factor)) {
+                    // Pairs are measured between equal gang sizes only.
+                    if other.scale_factor == sf && pair[0] > 0.0 && pair[1] > 0.0 {
+                        colocated[(a * n + b as usize) * k + t] = Some(*pair);
+                    }
+                }
+            }
+        }
+    }
+    (key_of, n, colocated)
 }
 
 #[cfg(test)]

@@ -275,7 +275,14 @@ type Model = (
 );
 
 /// Builds the engine's model for the nodes still there.
-fn model(config: &RunConfig, gone: &[String], measured: &Measured) -> Result<Model, RunError> {
+/// `share`: whether the backend can put two jobs on one GPU (else space
+/// sharing is off whatever the settings say).
+fn model(
+    config: &RunConfig,
+    gone: &[String],
+    measured: &Measured,
+    share: bool,
+) -> Result<Model, RunError> {
     let cluster = Arc::new(config.cluster.without(gone)?);
     let (jobs, mut table) = jobs::to_model(&config.jobs);
     // Measured rates replace the jobs file's estimates.
@@ -284,7 +291,11 @@ fn model(config: &RunConfig, gone: &[String], measured: &Measured) -> Result<Mod
         table.set_isolated(&j.name, j.gang, ty, *rate);
     }
     let workload = Workload::new(jobs, cluster.clone(), Arc::new(table), "jobs")?;
-    let scheduler = build(config.policy, &workload, &config.scheduler)?;
+    let mut settings = config.scheduler.clone();
+    if !share {
+        settings.hadar.share_min_gain = None;
+    }
+    let scheduler = build(config.policy, &workload, &settings)?;
     Ok((cluster, workload, scheduler))
 }
 
@@ -337,7 +348,8 @@ pub async fn run(
         .iter()
         .map(|m| ((m.job, m.gpu_type.clone()), m.rate))
         .collect();
-    let (mut cluster, mut workload, mut scheduler) = model(config, &state.gone, &measured)?;
+    let share = backend.capabilities().share_gpus;
+    let (mut cluster, mut workload, mut scheduler) = model(config, &state.gone, &measured, share)?;
     let mut remodel = false;
     let mut jobs_state = JobsState::new(&workload);
     let mut arrived = Vec::new();
@@ -348,7 +360,7 @@ pub async fn run(
         if state.gone.len() != known_gone || remodel {
             known_gone = state.gone.len();
             remodel = false;
-            (cluster, workload, scheduler) = model(config, &state.gone, &measured)?;
+            (cluster, workload, scheduler) = model(config, &state.gone, &measured, share)?;
             jobs_state = JobsState::new(&workload);
             last_round = None;
         }

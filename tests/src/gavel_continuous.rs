@@ -20,6 +20,19 @@ use hadar_core::workload::Workload;
 /// # Panics
 /// If the embedded inputs do not make a workload (a bug, in a test).
 pub fn run(policy: PolicyKind, jobs_per_hour: f64, num_jobs: usize) -> Summary {
+    run_with(policy, jobs_per_hour, num_jobs, SimSettings::default())
+}
+
+/// [`run`] with other settings (its window and bound settings are replaced).
+///
+/// # Panics
+/// If the embedded inputs do not make a workload (a bug, in a test).
+pub fn run_with(
+    policy: PolicyKind,
+    jobs_per_hour: f64,
+    num_jobs: usize,
+    settings: SimSettings,
+) -> Summary {
     let table = Arc::new(ThroughputTable::gavel());
     let spec = GeneratorSpec {
         jobs_per_hour: Some(jobs_per_hour),
@@ -31,7 +44,7 @@ pub fn run(policy: PolicyKind, jobs_per_hour: f64, num_jobs: usize) -> Summary {
     let settings = SimSettings {
         window: Some((4000, 5000)),
         makespan_bound: false,
-        ..SimSettings::default()
+        ..settings
     };
     Experiment::new(Arc::new(workload), settings)
         .expect("experiment")

@@ -6,11 +6,26 @@ use hadar_core::scheduler::PolicyKind;
 use hadar_core::sim::{Experiment, SimSettings};
 
 fn run(label: &str, policy: PolicyKind) -> hadar_core::metrics::Summary {
+    run_with(label, policy, SimSettings::default())
+}
+
+fn run_with(
+    label: &str,
+    policy: PolicyKind,
+    settings: SimSettings,
+) -> hadar_core::metrics::Summary {
     let runs = gavel_runs().expect("embedded results");
     let r = runs.iter().find(|r| r.run == label).expect("run");
-    let exp = Experiment::new(workload_of(r).expect("workload"), SimSettings::default())
-        .expect("experiment");
+    let exp = Experiment::new(workload_of(r).expect("workload"), settings).expect("experiment");
     exp.run(policy, &mut |_| {}).expect("simulation").summary
+}
+
+/// Settings with Hadar's space sharing off: the LP bounds assume no two
+/// jobs share a GPU, so only then do they bound Hadar's makespan.
+fn without_sharing() -> SimSettings {
+    let mut s = SimSettings::default();
+    s.scheduler.hadar.share_min_gain = None;
+    s
 }
 
 /// The best mean JCT any Gavel policy printed on a run (Gavel's own numbers,
@@ -27,13 +42,22 @@ fn gavel_best_jct(label: &str) -> f64 {
 #[test]
 fn makespan_utility_is_within_three_percent_of_the_lp_bound() {
     for label in ["A", "B"] {
-        let s = run(label, PolicyKind::HadarMakespan);
-        let ratio = s.makespan_over_bound.expect("bound computed");
+        // Without sharing, against the LP bound (no sharing either).
+        let alone = run_with(label, PolicyKind::HadarMakespan, without_sharing());
+        let ratio = alone.makespan_over_bound.expect("bound computed");
         assert!(
-            ratio <= 1.03,
+            (1.0 - 1e-9..=1.03).contains(&ratio),
             "run {label}: makespan {ratio:.3}x the LP bound"
         );
-        assert_eq!(s.jobs_completed, 100);
+        assert_eq!(alone.jobs_completed, 100);
+        // Space sharing (the default) shortens it further.
+        let shared = run(label, PolicyKind::HadarMakespan);
+        assert!(
+            shared.makespan_s < alone.makespan_s,
+            "run {label}: {:.2} h shared, {:.2} h not",
+            shared.makespan_s / 3600.0,
+            alone.makespan_s / 3600.0
+        );
     }
 }
 
@@ -66,34 +90,65 @@ fn hadare_beats_gavels_best_makespan_on_the_physical_trace() {
         .iter()
         .find(|r| r.trace == "minimize_makespan.trace")
         .expect("run H");
-    let exp = Experiment::new(workload_of(r).expect("workload"), SimSettings::default())
-        .expect("experiment");
-    let s = exp
-        .run(PolicyKind::HadarEMakespan, &mut |_| {})
-        .expect("simulation")
-        .summary;
-    assert!(
-        gavel / s.makespan_s >= 1.2,
-        "HadarE {:.2} h against Gavel's {:.2} h",
-        s.makespan_s / 3600.0,
-        gavel / 3600.0
-    );
-    // And it respects the forked-job bound.
-    assert!(s.makespan_s >= s.forked_lower_bound_s.expect("bound") * (1.0 - 1e-9));
+    for settings in [SimSettings::default(), without_sharing()] {
+        let sharing = settings.scheduler.hadar.share_min_gain.is_some();
+        let exp = Experiment::new(workload_of(r).expect("workload"), settings).expect("experiment");
+        let s = exp
+            .run(PolicyKind::HadarEMakespan, &mut |_| {})
+            .expect("simulation")
+            .summary;
+        assert!(
+            gavel / s.makespan_s >= 1.2,
+            "HadarE (sharing: {sharing}) {:.2} h against Gavel's {:.2} h",
+            s.makespan_s / 3600.0,
+            gavel / 3600.0
+        );
+        // Without sharing, it respects the forked-job bound.
+        if !sharing {
+            assert!(s.makespan_s >= s.forked_lower_bound_s.expect("bound") * (1.0 - 1e-9));
+        }
+    }
 }
 
 /// Gavel's continuous workload at 6.5 jobs/h (Philly-like, seed 0, 12,000
-/// single-GPU jobs, 36:36:36, window 4000..5000): more work arrives than
-/// the cluster can serve, so without aging the longest jobs wait as long
-/// as arrivals go on. With the default aging, the window finishes while
-/// jobs still arrive (no warning), and Hadar's mean JCT stays at least 2x
-/// below the 65.3 h Gavel's `max_min_fairness_perf` printed (measured:
-/// 30.5 h, 2.14x; the 2.5x is not met, see docs/algorithm.md).
+/// single-GPU jobs, 36:36:36, window 4000..5000). Without space sharing
+/// more work arrives than the cluster can serve: without aging the longest
+/// jobs wait as long as arrivals go on; with the default aging the window
+/// finishes while jobs still arrive (no warning), at least 2x below the
+/// 65.3 h Gavel's `max_min_fairness_perf` printed (measured 30.5 h).
 #[test]
-fn saturated_cluster_no_starvation_and_twice_better_than_max_min_fairness() {
-    let s = hadar_tests::gavel_continuous::run(PolicyKind::Hadar, 6.5, 12_000);
+fn saturated_cluster_no_starvation_without_sharing() {
+    let mut settings = SimSettings::default();
+    settings.scheduler.hadar.share_min_gain = None;
+    let s = hadar_tests::gavel_continuous::run_with(PolicyKind::Hadar, 6.5, 12_000, settings);
     assert_eq!(s.jobs_completed, 1000);
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
     let hours = s.avg_jct_s / 3600.0;
     assert!(65.3 / hours >= 2.0, "Hadar {hours:.2} h");
+}
+
+/// The same workload with the defaults (space sharing on): the paper's
+/// claim, at least 2.5x below Gavel's `max_min_fairness_perf` (65.3 h;
+/// measured 22.6 h), without starving the longest jobs: p99 JCT and the
+/// worst finish-time fairness below `max_min_fairness_perf`'s on the same
+/// jobs.
+#[test]
+fn saturated_cluster_two_and_a_half_times_better_than_max_min_fairness() {
+    let s = hadar_tests::gavel_continuous::run(PolicyKind::Hadar, 6.5, 12_000);
+    let mmf = hadar_tests::gavel_continuous::run(PolicyKind::MaxMinFairnessPerf, 6.5, 12_000);
+    assert_eq!(s.jobs_completed, 1000);
+    let hours = s.avg_jct_s / 3600.0;
+    assert!(65.3 / hours >= 2.5, "Hadar {hours:.2} h");
+    assert!(
+        s.p99_jct_s < mmf.p99_jct_s,
+        "p99 {} vs {}",
+        s.p99_jct_s,
+        mmf.p99_jct_s
+    );
+    assert!(
+        s.ftf_max < mmf.ftf_max,
+        "FTF {} vs {}",
+        s.ftf_max,
+        mmf.ftf_max
+    );
 }

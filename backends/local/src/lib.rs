@@ -118,6 +118,7 @@ impl Backend for LocalBackend {
             checkpoint: true,
             gpu_binding: true,
             suspend: false,
+            share_gpus: false,
         }
     }
 

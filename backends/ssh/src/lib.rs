@@ -421,6 +421,7 @@ impl Backend for SshBackend {
             checkpoint: true,
             gpu_binding: true,
             suspend: false,
+            share_gpus: false,
         }
     }
 

@@ -167,6 +167,38 @@ pub struct HadarArgs {
     /// Leave GPUs idle rather than backfill them with waiting jobs.
     #[arg(long)]
     pub hadar_no_backfill: bool,
+    /// Space sharing: a job left waiting in a round may share a running
+    /// gang's GPUs (a pair the throughput table has measured) when its
+    /// progress, as a fraction of its best rate alone, exceeds the host's
+    /// loss by more than GAIN; `off` never shares. Simulation only: the real
+    /// backends do not share GPUs yet.
+    #[arg(long, value_name = "GAIN|off", allow_hyphen_values = true, default_value_t = Share(HadarSettings::default().share_min_gain), value_parser = parse_share)]
+    pub hadar_share: Share,
+}
+
+/// `--hadar-share`'s value: the minimum gain, or `None` for off.
+#[derive(Debug, Clone, Copy)]
+pub struct Share(pub Option<f64>);
+
+impl std::fmt::Display for Share {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(g) => write!(f, "{g}"),
+            None => f.write_str("off"),
+        }
+    }
+}
+
+fn parse_share(s: &str) -> Result<Share, String> {
+    if s == "off" {
+        return Ok(Share(None));
+    }
+    match s.parse::<f64>() {
+        Ok(g) if g.is_finite() && g > -1.0 => Ok(Share(Some(g))),
+        _ => Err(format!(
+            "`{s}` is not a gain: give a number above -1 (e.g. 0 or 0.1), or `off`"
+        )),
+    }
 }
 
 impl HadarArgs {
@@ -185,6 +217,7 @@ impl HadarArgs {
             admission: self.hadar_admission,
             mixed_types: !self.hadar_no_mixed_types,
             backfill: !self.hadar_no_backfill,
+            share_min_gain: self.hadar_share.0,
             makespan_slack: self.hadar_makespan_slack,
             makespan_resolve_s: self.hadar_makespan_resolve,
             ..HadarSettings::default()

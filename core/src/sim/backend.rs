@@ -3,7 +3,7 @@
 
 use crate::backend::{Capabilities, RoundBackend, RoundReport, TaskReport};
 use crate::error::Result;
-use crate::plan::{task_rate, MixedRate, RoundPlan};
+use crate::plan::{shared_rate, task_rate, MixedRate, RoundPlan};
 use crate::state::JobsState;
 use crate::workload::Workload;
 
@@ -48,6 +48,7 @@ impl RoundBackend for SimBackend {
             checkpoint: true,
             gpu_binding: true,
             suspend: true,
+            share_gpus: true,
         }
     }
 
@@ -62,13 +63,17 @@ impl RoundBackend for SimBackend {
             by_job.entry(t.job.0).or_default().push(i);
         }
         let mut reports: Vec<Option<TaskReport>> = vec![None; plan.tasks.len()];
+        let partners = plan.sharing();
         for (job, idx) in by_job {
             let forked = idx.len() > 1 || plan.tasks[idx[0]].copy > 0;
             // A forked job's copies count `efficiency` of their steps.
             let eff = if forked { self.fork_efficiency } else { 1.0 };
             let rates: Vec<f64> = idx
                 .iter()
-                .map(|&i| task_rate(w, &plan.tasks[i], self.mixed) * eff)
+                .map(|&i| match partners[i] {
+                    Some(p) => shared_rate(w, &plan.tasks[i], &plan.tasks[p]),
+                    None => task_rate(w, &plan.tasks[i], self.mixed) * eff,
+                })
                 .collect();
             let left = state.remaining(w, crate::job::JobId(job));
             // Whole steps each task can do in the round (Gavel's int()).

@@ -98,6 +98,12 @@ pub struct HadarSettings {
     /// Work-conserving backfill: after planning, GPUs still free this round
     /// go to waiting jobs, in order (their plans are redone next round anyway).
     pub backfill: bool,
+    /// Space sharing: a job left waiting this round may share a running
+    /// gang's GPUs (same gang size, a pair the table has measured) when the
+    /// pair gains: its progress (as a fraction of its best rate alone) less
+    /// the host's loss (as a fraction of its rate alone there) must exceed
+    /// this. `None`: no sharing.
+    pub share_min_gain: Option<f64>,
 }
 
 impl Default for HadarSettings {
@@ -116,6 +122,7 @@ impl Default for HadarSettings {
             fork: false,
             fork_efficiency: 1.0,
             backfill: true,
+            share_min_gain: Some(0.05),
         }
     }
 }
@@ -152,6 +159,14 @@ pub enum Outcome {
     /// Its plan started later, but GPUs left free this round were given to
     /// it (work-conserving backfill).
     Backfilled(Vec<GpuId>),
+    /// It had no GPUs of its own this round and shares these with `host`'s
+    /// gang (space sharing).
+    Shared {
+        /// The GPUs.
+        gpus: Vec<GpuId>,
+        /// The job already running on them.
+        host: JobId,
+    },
     /// Its best schedule starts in a later round (no room now at a price worth it).
     Later,
     /// Its best payoff did not pass admission.
@@ -318,6 +333,11 @@ impl Scheduler for HadarScheduler {
                 });
                 self.fork(w, &mut tasks, &order);
             }
+            if let Some(min_gain) = self.settings.share_min_gain {
+                // Jobs the fluid plan leaves out this round, longest first.
+                let order = self.order_jobs(ctx);
+                share(w, &mut tasks, &order, min_gain);
+            }
             return Ok(Decision {
                 tasks,
                 solved: true,
@@ -419,11 +439,24 @@ impl Scheduler for HadarScheduler {
         if self.settings.fork {
             self.fork(w, &mut tasks, &order);
         }
+        if let Some(min_gain) = self.settings.share_min_gain {
+            share(w, &mut tasks, &order, min_gain);
+        }
         if let Some(mut e) = pending_explanation {
             if let Outcome::Ran(gpus) | Outcome::Backfilled(gpus) = &mut e.outcome {
                 if let Some(t) = tasks.iter().find(|t| t.job == e.job) {
                     gpus.clone_from(&t.gpus);
                 }
+            } else if let Some(t) = tasks.iter().find(|t| t.job == e.job) {
+                // It waited in the plan but shares a gang's GPUs.
+                let host = tasks
+                    .iter()
+                    .find(|h| h.job != e.job && h.gpus.first() == t.gpus.first())
+                    .map_or(e.job, |h| h.job);
+                e.outcome = Outcome::Shared {
+                    gpus: t.gpus.clone(),
+                    host,
+                };
             }
             self.explanations.push(e);
         }
@@ -453,6 +486,9 @@ impl Explanation {
         let what = match &self.outcome {
             Outcome::Ran(g) => format!("ran on GPUs {}", ids(g)),
             Outcome::Backfilled(g) => format!("backfilled onto idle GPUs {}", ids(g)),
+            Outcome::Shared { gpus, host } => {
+                format!("shared GPUs {} with job {host} (space sharing)", ids(gpus))
+            }
             Outcome::Later => "waited: its best schedule starts in a later round".to_string(),
             Outcome::Refused => "waited: no schedule passed admission".to_string(),
         };
@@ -625,6 +661,59 @@ impl HadarScheduler {
                     nodes_used.entry(j).or_default().push(node);
                 }
             }
+        }
+    }
+}
+
+/// Space sharing: jobs in `order` that got no task this round join a
+/// running gang on its GPUs where the pair gains more than `min_gain` (see
+/// [`HadarSettings::share_min_gain`]); each gang hosts at most one job.
+fn share(w: &Workload, tasks: &mut Vec<Task>, order: &[JobId], min_gain: f64) {
+    let cluster = w.cluster();
+    let running: std::collections::HashSet<JobId> = tasks.iter().map(|t| t.job).collect();
+    // Hosts: whole gangs on one GPU type.
+    let mut hosts: Vec<(usize, crate::cluster::GpuTypeId)> = tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            let ty = cluster.gpu(*t.gpus.first()?).gpu_type;
+            let whole = t.copy == 0
+                && t.gpus.len() == w.jobs()[t.job.index()].scale_factor as usize
+                && t.gpus.iter().all(|&g| cluster.gpu(g).gpu_type == ty);
+            whole.then_some((i, ty))
+        })
+        .collect();
+    for &j in order {
+        if hosts.is_empty() {
+            break;
+        }
+        if running.contains(&j) {
+            continue;
+        }
+        let job = &w.jobs()[j.index()];
+        let best = w.rates_of(j.index()).iter().copied().fold(0.0, f64::max);
+        let mut chosen: Option<(usize, f64)> = None;
+        for (slot, &(i, ty)) in hosts.iter().enumerate() {
+            let host = tasks[i].job;
+            if w.jobs()[host.index()].scale_factor != job.scale_factor {
+                continue;
+            }
+            let Some([rh, rj]) = w.colocated(host.index(), j.index(), ty) else {
+                continue;
+            };
+            let alone = w.rate(host.index(), ty);
+            let gain = rj / best - (1.0 - rh / alone.max(1e-12));
+            if gain > min_gain && chosen.is_none_or(|(_, g)| gain > g) {
+                chosen = Some((slot, gain));
+            }
+        }
+        if let Some((slot, _)) = chosen {
+            let (i, _) = hosts.swap_remove(slot);
+            tasks.push(Task {
+                job: j,
+                copy: 0,
+                gpus: tasks[i].gpus.clone(),
+            });
         }
     }
 }
@@ -884,6 +973,79 @@ mod tests {
             ..HadarSettings::default()
         };
         assert!(HadarScheduler::new("hadar", &workload([1, 1, 1]), bad).is_err());
+    }
+
+    /// One GPU, two single-GPU jobs: `a` (4 steps/s alone) and `b` (2.5),
+    /// with the pair measured at `pair` (`[a's, b's]`).
+    fn sharing_plan(pair: [f64; 2], settings: HadarSettings) -> (Vec<Task>, Vec<Explanation>) {
+        let mut t = ThroughputTable::default();
+        t.set_isolated("a", 1, "fast", 4.0);
+        t.set_isolated("b", 1, "fast", 2.5);
+        t.set_colocated("a", "b", 1, "fast", pair);
+        let jobs = [("a", 400), ("b", 1000)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, steps))| Job {
+                id: JobId(i as u32),
+                job_type: m.into(),
+                scale_factor: 1,
+                total_steps: steps,
+                arrival_s: 0.0,
+                priority_weight: 1.0,
+                slo_s: None,
+                launch: Launch::default(),
+            })
+            .collect();
+        let cluster = Arc::new(Cluster::from_short_form("fast=1", 1).unwrap());
+        let w = Workload::new(jobs, cluster, Arc::new(t), "t").unwrap();
+        let mut h = HadarScheduler::new("hadar", &w, settings).unwrap();
+        Scheduler::explain(&mut h, JobId(1));
+        let st = state(&w);
+        let ctx = RoundContext {
+            workload: &w,
+            state: &st,
+            now_s: 0.0,
+            round: 0,
+            round_s: 100.0,
+            arrived: &[],
+            completed: &[],
+            last_round: None,
+        };
+        let d = h.plan(&ctx).unwrap();
+        (d.tasks, h.recorded().to_vec())
+    }
+
+    #[test]
+    fn a_waiting_job_shares_a_gpu_when_the_measured_pair_gains() {
+        // a is shorter (100 s alone) and takes the GPU; b (400 s) waits.
+        // Sharing at [3, 2]: b makes 2 / 2.5 = 0.8 of its best rate, a
+        // loses 1 - 3 / 4 = 0.25: a gain of 0.55 > 0.05, so b joins a.
+        let (tasks, explained) = sharing_plan([3.0, 2.0], HadarSettings::default());
+        assert_eq!(tasks.len(), 2, "{tasks:?}");
+        assert_eq!(tasks[0].job, JobId(0));
+        assert_eq!((tasks[1].job, &tasks[1].gpus), (JobId(1), &tasks[0].gpus));
+        assert_eq!(
+            explained[0].outcome,
+            Outcome::Shared {
+                gpus: tasks[0].gpus.clone(),
+                host: JobId(0)
+            }
+        );
+        // At [2.4, 1.0]: 0.4 - 0.4 = 0, not above the minimum gain.
+        let (tasks, explained) = sharing_plan([2.4, 1.0], HadarSettings::default());
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(explained[0].outcome, Outcome::Later);
+        // A lower minimum gain accepts it; `None` never shares.
+        let low = HadarSettings {
+            share_min_gain: Some(-0.01),
+            ..HadarSettings::default()
+        };
+        assert_eq!(sharing_plan([2.4, 1.0], low).0.len(), 2);
+        let off = HadarSettings {
+            share_min_gain: None,
+            ..HadarSettings::default()
+        };
+        assert_eq!(sharing_plan([3.0, 2.0], off).0.len(), 1);
     }
 
     #[test]
