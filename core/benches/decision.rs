@@ -65,6 +65,18 @@ fn hadar_round(bencher: divan::Bencher, n: usize) {
     });
 }
 
+/// The same without space sharing: what the sharing pass costs.
+#[divan::bench(args = [256, 2048, 10000], sample_count = 5, sample_size = 1)]
+fn hadar_round_no_sharing(bencher: divan::Bencher, n: usize) {
+    decide(bencher, n, |w| {
+        let settings = HadarSettings {
+            share_min_gain: None,
+            ..HadarSettings::default()
+        };
+        Box::new(HadarScheduler::new("hadar", w, settings).expect("hadar"))
+    });
+}
+
 #[divan::bench(args = [256, 2048], sample_count = 3, sample_size = 1)]
 fn gavel_max_min_fairness_perf_round(bencher: divan::Bencher, n: usize) {
     decide(bencher, n, |w| {

@@ -402,7 +402,7 @@ fn print_table(experiment: &Experiment, source: &str, results: &[RunResult]) {
     }
     match b.makespan_s {
         Some(lb) => println!(
-            "bounds     makespan >= {} h (LP, gangs), >= {} h (forked jobs); mean JCT >= {} h (no queueing)",
+            "bounds     makespan >= {} h (LP, gangs), >= {} h (forked jobs), both without GPU sharing; mean JCT >= {} h (no queueing)",
             hours(lb),
             b.forked_makespan_s.map_or("-".into(), hours),
             hours(b.mean_jct_s)
