@@ -391,7 +391,7 @@ mod tests {
     use super::*;
     use crate::backend::Capabilities;
     use crate::cluster::{Cluster, GpuId};
-    use crate::job::{Job, Launch};
+    use crate::job::Job;
     use crate::plan::{MixedRate, Task};
     use crate::scheduler::Decision;
     use crate::sim::SimBackend;
@@ -452,16 +452,7 @@ mod tests {
         let jobs = [("a", 300), ("b", 200), ("c", 100)]
             .iter()
             .enumerate()
-            .map(|(i, &(m, steps))| Job {
-                id: JobId(i as u32),
-                job_type: m.into(),
-                scale_factor: 1,
-                total_steps: steps,
-                arrival_s: 0.0,
-                priority_weight: 1.0,
-                slo_s: None,
-                launch: Launch::default(),
-            })
+            .map(|(i, &(m, steps))| Job::single_gpu(i, m, steps))
             .collect();
         let cluster = Arc::new(Cluster::from_short_form("fast=1", 1).unwrap());
         Arc::new(Workload::new(jobs, cluster, Arc::new(t), "t").unwrap())

@@ -40,6 +40,23 @@ pub struct Job {
     pub launch: Launch,
 }
 
+#[cfg(test)]
+impl Job {
+    /// A single-GPU job `id` of `model` with `steps` steps, arriving at 0 (for tests).
+    pub(crate) fn single_gpu(id: usize, model: &str, steps: u64) -> Self {
+        Self {
+            id: JobId(id as u32),
+            job_type: model.into(),
+            scale_factor: 1,
+            total_steps: steps,
+            arrival_s: 0.0,
+            priority_weight: 1.0,
+            slo_s: None,
+            launch: Launch::default(),
+        }
+    }
+}
+
 /// The launch fields of a Gavel trace line. The simulator ignores them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Launch {

@@ -903,8 +903,21 @@ mod tests {
     }
 
     fn plan(w: &Workload, settings: HadarSettings) -> (Vec<Task>, Vec<Explanation>) {
+        let (tasks, explained) = plan_explaining(w, settings, JobId(2));
+        assert!(explained[0]
+            .render(&["fast".into(), "slow".into()])
+            .contains("job 2 (3 of 3 in order)"));
+        (tasks, explained)
+    }
+
+    /// One round planned at t = 0 with every job active, explaining `job`.
+    fn plan_explaining(
+        w: &Workload,
+        settings: HadarSettings,
+        job: JobId,
+    ) -> (Vec<Task>, Vec<Explanation>) {
         let mut h = HadarScheduler::new("hadar", w, settings).unwrap();
-        Scheduler::explain(&mut h, JobId(2));
+        Scheduler::explain(&mut h, job);
         let st = state(w);
         let ctx = RoundContext {
             workload: w,
@@ -917,7 +930,6 @@ mod tests {
             last_round: None,
         };
         let d = h.plan(&ctx).unwrap();
-        assert!(h.explanations()[0].contains("job 2 (3 of 3 in order)"));
         (d.tasks, h.recorded().to_vec())
     }
 
@@ -998,37 +1010,10 @@ mod tests {
         t.set_isolated("a", 1, "fast", 4.0);
         t.set_isolated("b", 1, "fast", 2.5);
         t.set_colocated("a", "b", 1, "fast", pair);
-        let jobs = [("a", 400), ("b", 1000)]
-            .iter()
-            .enumerate()
-            .map(|(i, &(m, steps))| Job {
-                id: JobId(i as u32),
-                job_type: m.into(),
-                scale_factor: 1,
-                total_steps: steps,
-                arrival_s: 0.0,
-                priority_weight: 1.0,
-                slo_s: None,
-                launch: Launch::default(),
-            })
-            .collect();
+        let jobs = vec![Job::single_gpu(0, "a", 400), Job::single_gpu(1, "b", 1000)];
         let cluster = Arc::new(Cluster::from_short_form("fast=1", 1).unwrap());
         let w = Workload::new(jobs, cluster, Arc::new(t), "t").unwrap();
-        let mut h = HadarScheduler::new("hadar", &w, settings).unwrap();
-        Scheduler::explain(&mut h, JobId(1));
-        let st = state(&w);
-        let ctx = RoundContext {
-            workload: &w,
-            state: &st,
-            now_s: 0.0,
-            round: 0,
-            round_s: 100.0,
-            arrived: &[],
-            completed: &[],
-            last_round: None,
-        };
-        let d = h.plan(&ctx).unwrap();
-        (d.tasks, h.recorded().to_vec())
+        plan_explaining(&w, settings, JobId(1))
     }
 
     #[test]
