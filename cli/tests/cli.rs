@@ -173,6 +173,14 @@ fn bad_inputs_name_the_place_and_exit_3() {
 
     let o = hadar(&["simulate", "--window", "9..3"]);
     assert_eq!(o.status.code(), Some(2), "clap usage error");
+
+    let o = hadar(&["simulate", "--hadar-share", "lots"]);
+    assert_eq!(o.status.code(), Some(2), "clap usage error");
+    assert!(
+        stderr(&o).contains("`lots` is not a gain"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -235,6 +243,22 @@ fn explain_says_why_a_job_ran_or_waited() {
     assert!(first.contains("prices v100"), "{first}");
     assert!(first.contains("best options:"), "{first}");
     assert!(out.contains("fifo_perf does not explain its decisions"));
+    // Some rounds it waits in the plan and shares another job's GPU.
+    assert!(
+        hadar_part.contains("shared GPUs") && hadar_part.contains("(space sharing)"),
+        "{hadar_part}"
+    );
+    let o = hadar(&[
+        "simulate",
+        "--policy",
+        "hadar",
+        "--explain",
+        "5",
+        "--hadar-share",
+        "off",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("shared GPUs"));
     let o = hadar(&["simulate", "--explain", "100"]);
     assert_eq!(
         o.status.code(),
