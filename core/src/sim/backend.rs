@@ -70,9 +70,12 @@ impl RoundBackend for SimBackend {
             let eff = if forked { self.fork_efficiency } else { 1.0 };
             let rates: Vec<f64> = idx
                 .iter()
-                .map(|&i| match partners[i] {
-                    Some(p) => shared_rate(w, &plan.tasks[i], &plan.tasks[p]),
-                    None => task_rate(w, &plan.tasks[i], self.mixed) * eff,
+                .map(|&i| {
+                    // A forked job's gang (copy 0) may host another job.
+                    eff * match partners[i] {
+                        Some(p) => shared_rate(w, &plan.tasks[i], &plan.tasks[p]),
+                        None => task_rate(w, &plan.tasks[i], self.mixed),
+                    }
                 })
                 .collect();
             let left = state.remaining(w, crate::job::JobId(job));
