@@ -138,14 +138,13 @@ pub fn run_rounds(
             length_s: settings.round_s,
             tasks: decision.tasks,
         };
-        check_plan(workload, &plan, share, scheduler.name())?;
+        let partners = check_plan(workload, &plan, share, scheduler.name())?;
         let report = backend.run_round(&plan, &state)?;
         index += 1;
 
         // Apply progress.
         let cluster = workload.cluster();
         let mut busy = vec![0u32; cluster.gpu_types().len()];
-        let partners = plan.sharing();
         for (i, (task, r)) in plan.tasks.iter().zip(&report.tasks).enumerate() {
             let j = task.job.index();
             let js = &mut state.jobs[j];
@@ -271,7 +270,13 @@ fn extend_span(
 /// Rejects plans that give a GPU twice (unless `share`: then to two jobs'
 /// gangs on exactly the same GPUs, a pair the table has measured), run a
 /// finished job, or split a gang copy into something the table cannot rate.
-fn check_plan(workload: &Workload, plan: &RoundPlan, share: bool, policy: &str) -> Result<()> {
+/// Returns each task's sharing partner ([`RoundPlan::sharing`]; none unless `share`).
+fn check_plan(
+    workload: &Workload,
+    plan: &RoundPlan,
+    share: bool,
+    policy: &str,
+) -> Result<Vec<Option<usize>>> {
     let mut used = vec![false; workload.cluster().num_gpus()];
     let partners = if share {
         plan.sharing()
@@ -354,7 +359,7 @@ fn check_plan(workload: &Workload, plan: &RoundPlan, share: bool, policy: &str) 
             }
         }
     }
-    Ok(())
+    Ok(partners)
 }
 
 fn internal(policy: &str, message: String) -> Error {
