@@ -185,45 +185,72 @@ fn f16_and_bf16_round_trip() {
     let inputs: Vec<_> = (0..2).map(|i| (d.p(&format!("c{i}")), iters[i])).collect();
     merge(&inputs, &d.p("out")).unwrap();
 
-    // f16: decode, average in f32, round to nearest f16.
-    let dec: Vec<Vec<f32>> = xs
-        .iter()
-        .map(|x| x.iter().map(|v| f16::from_f32(*v).to_f32()).collect())
-        .collect();
-    let want: Vec<u16> = reference_f32(&dec, &iters)
-        .iter()
-        .map(|v| f16::from_f32(*v).to_bits())
-        .collect();
-    let (dtype, shape, bytes) = read(&d.p("out"), "h");
-    assert_eq!((dtype, shape), (Dtype::F16, vec![6]));
-    let got: Vec<u16> = bytes
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        .collect();
-    assert_eq!(got, want);
-    for (g, m) in got.iter().zip(exact_mean(&dec, &iters)) {
-        let g = f16::from_bits(*g).to_f64();
-        assert!((g - m).abs() <= 1e-3 * m.abs().max(1e-4), "{g} vs {m}");
-    }
+    // Decode, average in f32, round to nearest: f16 and bf16 alike.
+    let f16_codec = Half {
+        encode: |v| f16::from_f32(v).to_bits(),
+        decode: |b| f16::from_bits(b).to_f32(),
+    };
+    check_half(
+        &d.p("out"),
+        "h",
+        (Dtype::F16, vec![6]),
+        f16_codec,
+        &xs,
+        &iters,
+        1e-3,
+    );
+    let bf16_codec = Half {
+        encode: |v| bf16::from_f32(v).to_bits(),
+        decode: |b| bf16::from_bits(b).to_f32(),
+    };
+    check_half(
+        &d.p("out"),
+        "b",
+        (Dtype::BF16, vec![3, 2]),
+        bf16_codec,
+        &xs,
+        &iters,
+        8e-3,
+    );
+}
 
+/// A 16-bit float format: f32 to its bits (rounding to nearest) and back.
+#[derive(Clone, Copy)]
+struct Half {
+    encode: fn(f32) -> u16,
+    decode: fn(u16) -> f32,
+}
+
+/// Checks tensor `name` of the merge at `out`: its dtype and shape, that it is
+/// the inputs `xs` (as stored in `half`) averaged in f32 with weights `iters`
+/// and rounded once, and that it is within `tolerance` of the exact mean.
+fn check_half(
+    out: &Path,
+    name: &str,
+    want_meta: (Dtype, Vec<usize>),
+    half: Half,
+    xs: &[Vec<f32>],
+    iters: &[u64],
+    tolerance: f64,
+) {
     let dec: Vec<Vec<f32>> = xs
         .iter()
-        .map(|x| x.iter().map(|v| bf16::from_f32(*v).to_f32()).collect())
+        .map(|x| x.iter().map(|v| (half.decode)((half.encode)(*v))).collect())
         .collect();
-    let want: Vec<u16> = reference_f32(&dec, &iters)
+    let want: Vec<u16> = reference_f32(&dec, iters)
         .iter()
-        .map(|v| bf16::from_f32(*v).to_bits())
+        .map(|v| (half.encode)(*v))
         .collect();
-    let (dtype, shape, bytes) = read(&d.p("out"), "b");
-    assert_eq!((dtype, shape), (Dtype::BF16, vec![3, 2]));
+    let (dtype, shape, bytes) = read(out, name);
+    assert_eq!((dtype, shape), want_meta);
     let got: Vec<u16> = bytes
         .chunks_exact(2)
         .map(|c| u16::from_le_bytes([c[0], c[1]]))
         .collect();
     assert_eq!(got, want);
-    for (g, m) in got.iter().zip(exact_mean(&dec, &iters)) {
-        let g = bf16::from_bits(*g).to_f64();
-        assert!((g - m).abs() <= 8e-3 * m.abs().max(1e-4), "{g} vs {m}");
+    for (g, m) in got.iter().zip(exact_mean(&dec, iters)) {
+        let g = f64::from((half.decode)(*g));
+        assert!((g - m).abs() <= tolerance * m.abs().max(1e-4), "{g} vs {m}");
     }
 }
 
