@@ -25,6 +25,17 @@ sharing_off() {
   "$hadar" simulate "$@" --hadar-share off | sed -n '/^policy/,$p'
   echo '```'
 }
+# One of Gavel's static runs: every policy, then Hadar's with sharing off.
+# Arguments: the section's heading, the embedded trace.
+static_run() {
+  echo "## $1"
+  echo
+  echo '```'
+  "$hadar" simulate --trace "$2" --policy "$all"
+  echo '```'
+  sharing_off --trace "$2" --policy hadar,hadar:makespan,hadare,hadare:makespan
+}
+
 {
   echo "# Results: Hadar beside Gavel's policies and the lower bounds"
   echo
@@ -39,19 +50,11 @@ sharing_off() {
   echo "policy can land below them (\`/bound\` under 1). Each section repeats the Hadar policies"
   echo "with sharing off."
   echo
-  echo "## Run A: Gavel's static trace, 100 jobs (gangs 1/2/4), 4 V100 + 4 P100 + 4 K80"
+  static_run "Run A: Gavel's static trace, 100 jobs (gangs 1/2/4), 4 V100 + 4 P100 + 4 K80" \
+    static_100jobs_multigpu_seed0.trace
   echo
-  echo '```'
-  "$hadar" simulate --trace static_100jobs_multigpu_seed0.trace --policy "$all"
-  echo '```'
-  sharing_off --trace static_100jobs_multigpu_seed0.trace --policy hadar,hadar:makespan,hadare,hadare:makespan
-  echo
-  echo "## Run B: Gavel's static trace, 100 single-GPU jobs, 4:4:4"
-  echo
-  echo '```'
-  "$hadar" simulate --trace static_100jobs_singlegpu_seed0.trace --policy "$all"
-  echo '```'
-  sharing_off --trace static_100jobs_singlegpu_seed0.trace --policy hadar,hadar:makespan,hadare,hadare:makespan
+  static_run "Run B: Gavel's static trace, 100 single-GPU jobs, 4:4:4" \
+    static_100jobs_singlegpu_seed0.trace
   # Gavel's continuous workload (its in-simulator generator at seed 0). The
   # traces are long enough that jobs still arrive when the window's last job
   # finishes, as in Gavel's simulator (simulate warns otherwise).
