@@ -47,11 +47,13 @@ impl CliError {
     pub fn code(&self) -> u8 {
         match self {
             Self::Core(CoreError::Solver { .. }) => EXIT_SOLVER,
+            Self::Core(CoreError::Executor { .. }) => EXIT_RUN,
             Self::Core(CoreError::Io { .. } | CoreError::Parse { .. })
             | Self::Core(CoreError::Inconsistent { .. } | CoreError::Setting { .. }) => EXIT_INPUT,
             Self::Checkpoint(e) if e.is_write_error() => EXIT_OUTPUT,
             Self::Checkpoint(_) => EXIT_INPUT,
             Self::Run(hadar_runtime::RunError::Core(CoreError::Solver { .. })) => EXIT_SOLVER,
+            Self::Run(hadar_runtime::RunError::Core(CoreError::Executor { .. })) => EXIT_RUN,
             Self::Run(hadar_runtime::RunError::Core(_)) => EXIT_INPUT,
             Self::Run(_) => EXIT_RUN,
             Self::Usage(_) => 2,

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod backends;
 mod cmd;
 mod exit;
 mod progress;

@@ -432,11 +432,11 @@ fn run_killed_with_sigkill_resumes() {
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(state.join("state.json")).expect("state"))
             .expect("JSON");
-    let before: u64 = saved["jobs"]
+    let before: u64 = saved["loop_state"]["jobs"]["jobs"]
         .as_array()
         .expect("jobs")
         .iter()
-        .map(|j| j["done"].as_u64().expect("done"))
+        .map(|j| j["done_steps"].as_u64().expect("done"))
         .sum();
     assert!(before > 0, "progress was saved before the kill");
     let o = hadar(&args);
@@ -445,5 +445,10 @@ fn run_killed_with_sigkill_resumes() {
     for j in v["jobs"].as_array().expect("jobs") {
         assert_eq!(j["state"], "finished", "{j}");
         assert!(j["accuracy"].as_f64().expect("accuracy") > 0.9, "{j}");
+        // Its collected checkpoint holds its whole work.
+        assert!(j["iterations"].as_u64().expect("iterations") >= 8000, "{j}");
     }
+    // The report is a simulation's.
+    assert_eq!(v["summary"]["jobs_completed"], 4, "{v}");
+    assert!(v["summary"]["makespan_s"].as_f64().expect("makespan") > 0.0);
 }

@@ -6,14 +6,17 @@
 //! (the order of the cluster definition).
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 
 use crate::error::{parse_toml, read_to_string, Error, Location, Result};
 
 /// Index of a GPU type in [`Cluster::gpu_types`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, Deserialize,
+)]
+#[serde(transparent)]
 pub struct GpuTypeId(pub u16);
 
 impl GpuTypeId {
@@ -228,8 +231,33 @@ impl Cluster {
 
     /// Parses a cluster TOML document (see `docs/inputs.md`).
     pub fn from_toml_str(text: &str, source: &str) -> Result<Self> {
+        Self::from_toml_str_with_keys(text, source, &[])
+    }
+
+    /// [`Self::from_toml_str`] for a file whose nodes may also carry the
+    /// keys the backends read (`address` for SSH, ...): `backend_keys`
+    /// lists those; any other key is an error that names the known ones.
+    pub fn from_toml_str_with_keys(
+        text: &str,
+        source: &str,
+        backend_keys: &[&str],
+    ) -> Result<Self> {
         let location = Location::new(source);
         let file: ClusterFile = parse_toml(text, &location)?;
+        for (i, spec) in file.node.iter().enumerate() {
+            if let Some(key) = spec
+                ._backend_keys
+                .keys()
+                .find(|k| !backend_keys.contains(&k.as_str()))
+            {
+                let mut known = vec!["name", "count", "gpus"];
+                known.extend(backend_keys);
+                return Err(Error::parse(
+                    location.field(format!("node[{i}].{key}")),
+                    format!("unknown field `{key}`; a node takes {}", known.join(", ")),
+                ));
+            }
+        }
         if file.node.is_empty() {
             return Err(Error::parse(
                 location.field("node"),
@@ -270,16 +298,21 @@ impl Cluster {
 
     /// Reads a cluster TOML file.
     pub fn from_toml_file(path: &Path) -> Result<Self> {
-        let text = read_to_string(path)?;
-        Self::from_toml_str(&text, &path.display().to_string())
+        Self::from_toml_file_with_keys(path, &[])
     }
 
-    /// Reads `spec` as a path to a TOML file if it names one, else as the
-    /// short form.
-    pub fn from_arg(spec: &str, gpus_per_node: u32) -> Result<Self> {
+    /// [`Self::from_toml_file`], nodes may carry `backend_keys`.
+    pub fn from_toml_file_with_keys(path: &Path, backend_keys: &[&str]) -> Result<Self> {
+        let text = read_to_string(path)?;
+        Self::from_toml_str_with_keys(&text, &path.display().to_string(), backend_keys)
+    }
+
+    /// Reads `spec` as a path to a TOML file if it names one (whose nodes
+    /// may carry `backend_keys`), else as the short form.
+    pub fn from_arg(spec: &str, gpus_per_node: u32, backend_keys: &[&str]) -> Result<Self> {
         let path = Path::new(spec);
         if spec.ends_with(".toml") || (path.is_file() && !spec.contains('=')) {
-            Self::from_toml_file(path)
+            Self::from_toml_file_with_keys(path, backend_keys)
         } else {
             Self::from_short_form(spec, gpus_per_node)
         }
@@ -410,35 +443,27 @@ fn validate_type_name(ty: &str, location: &Location) -> Result<()> {
 struct ClusterFile {
     /// Placement order of the types; defaults to order of first appearance.
     gpu_types: Option<Vec<String>>,
-    /// How to reach the nodes over SSH (real runs only).
-    ssh: Option<SshDefaults>,
+    /// The backends' own tables (`[backend.ssh]`, ...), read by the
+    /// backend a real run uses; `[ssh]` is the SSH backend's older name.
+    #[serde(default, rename = "backend")]
+    _backend: toml::Table,
+    #[serde(default, rename = "ssh")]
+    _ssh: Option<toml::Table>,
     #[serde(default)]
     node: Vec<NodeSpec>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SshDefaults {
-    user: Option<String>,
-    key: Option<PathBuf>,
-    known_hosts: Option<PathBuf>,
-    #[serde(default)]
-    accept_unknown_hosts: bool,
-}
-
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct NodeSpec {
     name: Option<String>,
     /// This many identical nodes, named `<name>-<i>`.
     count: Option<u32>,
     /// GPU type -> count, in the order written.
     gpus: toml::map::Map<String, toml::Value>,
-    /// Address for real runs over SSH.
-    address: Option<String>,
-    port: Option<u16>,
-    user: Option<String>,
-    key: Option<PathBuf>,
+    /// Keys a backend reads (an SSH `address`, a Docker `docker` URL):
+    /// checked by that backend, not here.
+    #[serde(flatten)]
+    _backend_keys: toml::Table,
 }
 
 impl NodeSpec {
@@ -461,110 +486,9 @@ impl NodeSpec {
     }
 }
 
-/// How a real run reaches one node over SSH.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeAccess {
-    /// The node's name.
-    pub name: String,
-    /// Host name or address.
-    pub address: String,
-    /// SSH port.
-    pub port: u16,
-    /// Login.
-    pub user: String,
-    /// Private key.
-    pub key: PathBuf,
-}
-
-/// The SSH part of a cluster file.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct AccessConfig {
-    /// Nodes that have an address.
-    pub nodes: Vec<NodeAccess>,
-    /// The known_hosts file host keys are checked against.
-    pub known_hosts: Option<PathBuf>,
-    /// Whether unknown host keys are accepted (and recorded).
-    pub accept_unknown_hosts: bool,
-}
-
-/// Reads the SSH access of a cluster TOML document: per node `address`,
-/// `port` (22), `user` and `key`, with defaults from an `[ssh]` table
-/// (`user`, `key`, `known_hosts`, `accept_unknown_hosts`).
-pub fn access_from_toml_str(text: &str, source: &str) -> Result<AccessConfig> {
-    let location = Location::new(source);
-    let file: ClusterFile = parse_toml(text, &location)?;
-    let defaults = file.ssh.unwrap_or_default();
-    let mut nodes = Vec::new();
-    for (i, spec) in file.node.iter().enumerate() {
-        let Some(address) = &spec.address else {
-            continue;
-        };
-        let at = |f: &str| location.field(format!("node[{i}].{f}"));
-        if spec.count.unwrap_or(1) > 1 {
-            return Err(Error::parse(
-                at("address"),
-                "a node with an address stands for one machine; drop `count` or list the nodes one by one",
-            ));
-        }
-        let user = spec.user.clone().or(defaults.user.clone()).ok_or_else(|| {
-            Error::parse(at("user"), "no SSH user: set it on the node or in [ssh]")
-        })?;
-        let key =
-            spec.key.clone().or(defaults.key.clone()).ok_or_else(|| {
-                Error::parse(at("key"), "no SSH key: set it on the node or in [ssh]")
-            })?;
-        nodes.push(NodeAccess {
-            name: spec.name.clone().unwrap_or_else(|| format!("node{i}")),
-            address: address.clone(),
-            port: spec.port.unwrap_or(22),
-            user,
-            key,
-        });
-    }
-    Ok(AccessConfig {
-        nodes,
-        known_hosts: defaults.known_hosts,
-        accept_unknown_hosts: defaults.accept_unknown_hosts,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ssh_access_with_defaults() {
-        let text = r#"
-[ssh]
-user = "root"
-key = "/k"
-known_hosts = "/kh"
-[[node]]
-name = "h1"
-address = "10.0.0.1"
-gpus = { v100 = 2 }
-[[node]]
-name = "h2"
-address = "10.0.0.2"
-port = 2222
-user = "me"
-gpus = { k80 = 2 }
-[[node]]
-name = "plain"
-gpus = { k80 = 1 }
-"#;
-        let c = Cluster::from_toml_str(text, "c.toml").unwrap();
-        assert_eq!(c.nodes().len(), 3);
-        let a = access_from_toml_str(text, "c.toml").unwrap();
-        assert_eq!(a.nodes.len(), 2);
-        assert_eq!(a.nodes[1].port, 2222);
-        assert_eq!(a.nodes[1].user, "me");
-        assert_eq!(a.nodes[0].key, PathBuf::from("/k"));
-        assert_eq!(a.known_hosts, Some(PathBuf::from("/kh")));
-        let bad = "[[node]]\nname='x'\naddress='h'\ngpus={v100=1}";
-        let err = access_from_toml_str(bad, "c.toml").unwrap_err().to_string();
-        assert!(err.contains("no SSH user"), "{err}");
-    }
 
     #[test]
     fn short_form_one_gpu_per_node() {

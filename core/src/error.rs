@@ -94,6 +94,14 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// The round executor failed (a real run's backend or state); the
+    /// executor's own error is inside, to be taken back out by its caller.
+    #[error("{source}")]
+    Executor {
+        /// The executor's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The LP solver failed on a policy's problem.
     #[error("the LP solver failed in {what}: {message}")]
     Solver {

@@ -3,7 +3,10 @@
 use std::fmt;
 
 /// A job's id: its 0-based position in the trace, as in Gavel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct JobId(pub u32);
 
 impl JobId {

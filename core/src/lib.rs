@@ -14,14 +14,13 @@ pub mod trace;
 pub mod workload;
 
 pub use error::{Error, Result};
-pub mod backend;
 pub mod bounds;
 pub mod engine;
+pub mod executor;
 pub mod lp;
 pub mod metrics;
 pub mod plan;
 pub mod reproduce;
-pub mod runtime;
 pub mod scheduler;
 pub mod sim;
 pub mod state;

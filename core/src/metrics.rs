@@ -35,7 +35,7 @@ pub struct JobRecord {
 }
 
 /// One round.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct RoundRecord {
     /// Start (s).
     pub start_s: f64,
@@ -48,7 +48,7 @@ pub struct RoundRecord {
 }
 
 /// A GPU running one job over an interval (consecutive rounds merged).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct GpuSpan {
     /// GPU index in the cluster.
     pub gpu: u32,
@@ -61,7 +61,7 @@ pub struct GpuSpan {
 }
 
 /// One scheduling decision's cost.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct DecisionRecord {
     /// Simulated time of the decision (s).
     pub sim_time_s: f64,

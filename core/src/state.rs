@@ -1,10 +1,12 @@
 //! The engine's model of the jobs: progress, fed by backends' reports.
 
+use serde::{Deserialize, Serialize};
+
 use crate::job::JobId;
 use crate::workload::Workload;
 
 /// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Phase {
     /// Not arrived yet.
     Future,
@@ -15,7 +17,7 @@ pub enum Phase {
 }
 
 /// One job's progress.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobState {
     /// Where it is.
     pub phase: Phase,
@@ -36,7 +38,7 @@ pub struct JobState {
 }
 
 /// All jobs' progress.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobsState {
     /// By job id.
     pub jobs: Vec<JobState>,

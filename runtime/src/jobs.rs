@@ -41,9 +41,13 @@ pub struct RunJob {
     pub weight: f64,
     /// Iterations/s of the whole gang on each GPU type (estimates).
     pub throughput: BTreeMap<String, f64>,
-    /// Extra environment.
+    /// Extra environment (never a variable of the job protocol).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Options for the backend (a container image, extra Slurm options),
+    /// passed to it untouched.
+    #[serde(default)]
+    pub options: toml::Table,
 }
 
 fn one() -> u32 {
@@ -94,6 +98,26 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
         }
         if !(j.weight > 0.0 && j.weight.is_finite()) {
             return Err(Error::parse(f("weight"), "must be > 0"));
+        }
+        if let Some((ty, r)) = j
+            .throughput
+            .iter()
+            .find(|(_, r)| !(r.is_finite() && **r >= 0.0))
+        {
+            return Err(Error::parse(
+                f(&format!("throughput.{ty}")),
+                format!("{r} is not a rate; give iterations/s as a finite number >= 0"),
+            ));
+        }
+        if let Some(k) = j
+            .env
+            .keys()
+            .find(|k| hadar_backend::RESERVED_ENV.contains(&k.as_str()))
+        {
+            return Err(Error::parse(
+                f(&format!("env.{k}")),
+                "is set by Hadar for every task (the job protocol); a job cannot override it",
+            ));
         }
         if j.throughput.values().all(|r| *r <= 0.0) {
             return Err(Error::parse(
@@ -184,6 +208,22 @@ throughput = { v100 = 4.0, k80 = 1.0 }
             (
                 "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\ncolour=1",
                 "unknown field",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=nan}",
+                "throughput.v100",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=-5.0}",
+                "throughput.v100",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=inf}",
+                "throughput.v100",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\nenv={HADAR_TOTAL_ITERATIONS='5'}",
+                "env.HADAR_TOTAL_ITERATIONS",
             ),
         ] {
             let err = parse_jobs(bad, "j.toml").unwrap_err().to_string();

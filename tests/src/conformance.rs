@@ -1,15 +1,25 @@
-//! One suite of scenarios that every real backend must pass (launch,
-//! progress, stop, grace expiry, crash, environment, argument quoting,
-//! finding a task again after a restart). Each backend's test file calls
-//! each scenario with its own [`Target`].
+//! One suite of scenarios that every backend passes, in one line:
+//! `hadar_tests::conformance_suite!(setup())` in a test file generates a
+//! test per scenario, where `setup()` returns a [`Harness`]. Task files are
+//! checked through the backend (`fetch`), never on the local filesystem,
+//! so the suite runs against remote and containerised backends alike.
+//!
+//! Scenarios come in two sets: the job protocol's (launch, progress, stop
+//! with a checkpoint, transfers, re-adoption after a restart), which any
+//! backend passes, even one that keeps its tasks in memory; and the
+//! process scenarios (signals, exit codes, environment, argument quoting,
+//! never signalling a process that is not ours), for backends that run real
+//! commands. `conformance_suite!(setup(), protocol)` generates the first
+//! set only.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hadar_core::job::JobId;
-use hadar_core::runtime::{
-    Backend, BackendError, StopPolicy, TaskHandle, TaskSpec, TaskState, TaskStatus,
+use hadar_backend::protocol::{CHECKPOINT_FILE, RESUME_FILE};
+use hadar_backend::{
+    Backend, BackendError, NodeGpus, Signal, StopPolicy, TaskFile, TaskHandle, TaskSpec, TaskState,
+    TaskStatus,
 };
 
 /// Where a backend's scenarios run.
@@ -21,6 +31,55 @@ pub struct Target {
     pub workdir: PathBuf,
     /// The example trainer's path on that node.
     pub trainer: PathBuf,
+}
+
+/// A backend under test.
+pub struct Harness {
+    /// The backend.
+    pub backend: Arc<dyn Backend>,
+    /// A new backend of the same configuration (the orchestrator restarted).
+    pub restart: Box<dyn Fn() -> Arc<dyn Backend> + Send + Sync>,
+    /// Where tasks run.
+    pub target: Target,
+    /// A node the backend is configured for but cannot reach, if it has one.
+    pub unreachable: Option<String>,
+    /// Kept alive as long as the harness (temporary directories, ...).
+    pub keep: Box<dyn std::any::Any + Send>,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness")
+            .field("backend", &self.backend)
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Generates one test per scenario for the harness that `$setup` makes.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($setup:expr) => {
+        $crate::conformance_suite!($setup, protocol);
+        $crate::conformance_suite!(@tests $setup;
+            grace_expiry_kills, crash_is_reported, environment_reaches_the_task,
+            arguments_arrive_intact, launch_failure_is_an_error, never_signals_what_is_not_ours,
+            unreachable_node_says_so);
+    };
+    ($setup:expr, protocol) => {
+        $crate::conformance_suite!(@tests $setup;
+            launch_and_finish, stop_within_grace, transfers_by_task, found_again_after_restart,
+            concurrent_calls);
+    };
+    (@tests $setup:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let harness: $crate::conformance::Harness = $setup;
+                $crate::conformance::$name(&harness).await;
+            }
+        )*
+    };
 }
 
 /// The example trainer built next to the running test binary
@@ -41,20 +100,28 @@ pub fn local_trainer() -> PathBuf {
     trainer
 }
 
-fn spec(t: &Target, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
+/// A spec for scenario `name`.
+pub fn spec(t: &Target, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
     TaskSpec {
-        job: JobId(7),
+        run: "conformance".into(),
+        job: 7,
+        job_name: format!("job-{name}"),
         copy: 1,
         round: 3,
-        node: t.node.clone(),
-        gpus: vec![2, 3],
-        gpu_types: vec!["k80".into(), "k80".into()],
+        placement: vec![NodeGpus {
+            node: t.node.clone(),
+            gpus: vec![2, 3],
+            gpu_types: vec!["k80".into(), "k80".into()],
+        }],
         argv,
         env: vec![],
         workdir: t.workdir.join(name),
+        inputs: vec![],
         total_iterations: total,
         deadline_unix_s: 4_000_000_000.0,
         seed: 1,
+        token: format!("conformance-{name}-{}", std::process::id()),
+        options: Default::default(),
     }
 }
 
@@ -90,38 +157,53 @@ async fn wait_report(b: &Arc<dyn Backend>, h: &TaskHandle) -> TaskStatus {
     }
 }
 
-fn log(t: &Target, name: &str) -> String {
-    std::fs::read_to_string(t.workdir.join(name).join("task.log")).unwrap_or_default()
+/// A task's file `name`, fetched through the backend (`None`: no such file).
+async fn file(b: &Arc<dyn Backend>, h: &TaskHandle, name: &str) -> Option<Vec<u8>> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = dir.path().join("fetched");
+    b.fetch(h, name, &local)
+        .await
+        .expect("fetch")
+        .then(|| std::fs::read(&local).expect("fetched file"))
+}
+
+async fn log(b: &Arc<dyn Backend>, h: &TaskHandle) -> String {
+    String::from_utf8_lossy(&file(b, h, "task.log").await.unwrap_or_default()).into_owned()
 }
 
 /// A task runs to the end of its work, reports it, and leaves a checkpoint.
-pub async fn launch_and_finish(b: Arc<dyn Backend>, t: &Target) {
+pub async fn launch_and_finish(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
     let mut s = spec(t, "finish", trainer_argv(t), 3000);
     s.env.push(("HADAR_TRAINER_ITER_US".into(), "100".into()));
-    let h = b.launch(&s).await.expect("launch");
-    let st = wait_exit(&b, &h, Duration::from_secs(30)).await;
+    let task = b.launch(&s).await.expect("launch");
+    let st = wait_exit(b, &task, Duration::from_secs(30)).await;
     assert_eq!(st.state, TaskState::Exited { code: Some(0) });
     assert!(st.finished(), "{st:?}");
     let r = st.report.expect("a report");
     assert_eq!(r.iterations, 3000);
     assert!(r.metrics["accuracy"] > 0.9, "it learned: {r:?}");
-    assert!(s.workdir.join("checkpoint.safetensors").is_file());
-    b.cleanup(&h).await.expect("cleanup");
+    assert!(
+        file(b, &task, CHECKPOINT_FILE).await.is_some(),
+        "a checkpoint"
+    );
+    b.cleanup(&task).await.expect("cleanup");
 }
 
 /// The stop signal makes the task checkpoint and exit cleanly within the grace period.
-pub async fn stop_within_grace(b: Arc<dyn Backend>, t: &Target) {
+pub async fn stop_within_grace(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
     let mut s = spec(t, "stop", trainer_argv(t), u64::MAX / 2);
     s.env.push(("HADAR_TRAINER_ITER_US".into(), "500".into()));
-    let h = b.launch(&s).await.expect("launch");
-    let first = wait_report(&b, &h).await;
+    let task = b.launch(&s).await.expect("launch");
+    let first = wait_report(b, &task).await;
     assert_eq!(first.state, TaskState::Running);
     let start = Instant::now();
     let policy = StopPolicy {
-        signal: 15,
+        signal: Signal::Term,
         grace: Duration::from_secs(10),
     };
-    let st = b.stop(&h, &policy).await.expect("stop");
+    let st = b.stop(&task, &policy).await.expect("stop");
     assert!(
         start.elapsed() < Duration::from_secs(5),
         "it stopped quickly"
@@ -133,23 +215,127 @@ pub async fn stop_within_grace(b: Arc<dyn Backend>, t: &Target) {
     );
     assert!(!st.finished());
     assert!(st.report.expect("report").iterations > 0);
-    assert!(s.workdir.join("checkpoint.safetensors").is_file());
+    assert!(
+        file(b, &task, CHECKPOINT_FILE).await.is_some(),
+        "a checkpoint"
+    );
+}
+
+/// Input files reach the task's directory before it starts; its files come
+/// back by name; a name that is not a plain file name is refused.
+pub async fn transfers_by_task(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
+    let here = tempfile::tempdir().expect("tempdir");
+    let input = here.path().join("input.bin");
+    let bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&input, &bytes).expect("write");
+    // A trainer stopped at once: the resume file is in place when it starts.
+    let mut s = spec(t, "transfer", trainer_argv(t), u64::MAX / 2);
+    s.env.push(("HADAR_TRAINER_ITER_US".into(), "500".into()));
+    s.inputs.push(TaskFile {
+        name: "extra.bin".into(),
+        local: input.clone(),
+    });
+    let task = b.launch(&s).await.expect("launch");
+    assert_eq!(
+        file(b, &task, "extra.bin").await.as_deref(),
+        Some(&bytes[..])
+    );
+    assert_eq!(file(b, &task, "no-such-file").await, None);
+    for bad in ["../escape", "a/b", "..", ""] {
+        assert!(
+            b.fetch(&task, bad, &here.path().join("x")).await.is_err(),
+            "{bad:?} was accepted"
+        );
+    }
+    wait_report(b, &task).await;
+    let st = b.stop(&task, &StopPolicy::default()).await.expect("stop");
+    let done = st.report.expect("report").iterations;
+    // Its checkpoint, fetched, resumes a second task.
+    let ckpt = here.path().join("ckpt");
+    assert!(b.fetch(&task, CHECKPOINT_FILE, &ckpt).await.expect("fetch"));
+    let mut again = spec(t, "transfer-resume", trainer_argv(t), done + 500);
+    again
+        .env
+        .push(("HADAR_TRAINER_ITER_US".into(), "100".into()));
+    again.inputs.push(TaskFile {
+        name: RESUME_FILE.into(),
+        local: ckpt,
+    });
+    let second = b.launch(&again).await.expect("launch");
+    let st = wait_exit(b, &second, Duration::from_secs(30)).await;
+    assert!(st.finished(), "{st:?}");
+    let r = st.report.expect("report");
+    assert!(
+        r.step.expect("a step") >= done + 500,
+        "it resumed from step {done}: {r:?}"
+    );
+}
+
+/// A task launched before a restart is found again by its handle and can be stopped.
+pub async fn found_again_after_restart(h: &Harness) {
+    let (first, t) = (&h.backend, &h.target);
+    let mut s = spec(t, "adopt", trainer_argv(t), u64::MAX / 2);
+    s.env.push(("HADAR_TRAINER_ITER_US".into(), "500".into()));
+    let task = first.launch(&s).await.expect("launch");
+    wait_report(first, &task).await;
+    // The handle is what the runtime saves; a new backend reads it back.
+    let saved = serde_json::to_string(&task).expect("handle to JSON");
+    let task: TaskHandle = serde_json::from_str(&saved).expect("handle from JSON");
+    let second = (h.restart)();
+    let st = second.status(&task).await.expect("status");
+    assert_eq!(st.state, TaskState::Running);
+    assert!(st.report.is_some());
+    let st = second
+        .stop(&task, &StopPolicy::default())
+        .await
+        .expect("stop");
+    assert!(matches!(st.state, TaskState::Exited { .. }), "{st:?}");
+    // Let the first backend reap its child.
+    let _ = first.status(&task).await;
+    assert!(file(&second, &task, CHECKPOINT_FILE).await.is_some());
+}
+
+/// Eight tasks launched, polled and stopped concurrently through one backend.
+pub async fn concurrent_calls(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let mut s = spec(t, &format!("many{i}"), trainer_argv(t), u64::MAX / 2);
+        s.env.push(("HADAR_TRAINER_ITER_US".into(), "500".into()));
+        s.token = format!("{}-{i}", s.token);
+        let b = b.clone();
+        set.spawn(async move {
+            let task = b.launch(&s).await.expect("launch");
+            wait_report(&b, &task).await;
+            b.stop(&task, &StopPolicy::default()).await.expect("stop")
+        });
+    }
+    let mut n = 0;
+    while let Some(st) = set.join_next().await {
+        let st = st.expect("joined");
+        assert!(matches!(st.state, TaskState::Exited { .. }), "{st:?}");
+        assert!(st.report.expect("report").iterations > 0);
+        n += 1;
+    }
+    assert_eq!(n, 8);
 }
 
 /// A task that ignores the stop signal is killed when the grace period ends.
-pub async fn grace_expiry_kills(b: Arc<dyn Backend>, t: &Target) {
+pub async fn grace_expiry_kills(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
     let s = spec(t, "stubborn", sh("trap '' TERM; echo started; sleep 60"), 1);
-    let h = b.launch(&s).await.expect("launch");
+    let task = b.launch(&s).await.expect("launch");
     let start = Instant::now();
-    while !log(t, "stubborn").contains("started") && start.elapsed() < Duration::from_secs(10) {
+    while !log(b, &task).await.contains("started") && start.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let start = Instant::now();
     let policy = StopPolicy {
-        signal: 15,
+        signal: Signal::Term,
         grace: Duration::from_millis(400),
     };
-    let st = b.stop(&h, &policy).await.expect("stop");
+    let st = b.stop(&task, &policy).await.expect("stop");
     let took = start.elapsed();
     assert!(
         took >= Duration::from_millis(400),
@@ -163,38 +349,48 @@ pub async fn grace_expiry_kills(b: Arc<dyn Backend>, t: &Target) {
 }
 
 /// A crash is an exit with a non-zero code, with the last report kept.
-pub async fn crash_is_reported(b: Arc<dyn Backend>, t: &Target) {
+pub async fn crash_is_reported(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
     let s = spec(
         t,
         "crash",
         sh("echo 'HADAR_PROGRESS {\"iterations\": 5}'; echo boom >&2; exit 3"),
         10,
     );
-    let h = b.launch(&s).await.expect("launch");
-    let st = wait_exit(&b, &h, Duration::from_secs(10)).await;
+    let task = b.launch(&s).await.expect("launch");
+    let st = wait_exit(b, &task, Duration::from_secs(10)).await;
     assert_eq!(st.state, TaskState::Exited { code: Some(3) });
     assert!(!st.finished());
     assert_eq!(st.report.expect("report").iterations, 5);
-    assert!(log(t, "crash").contains("boom"), "stderr is in the log");
+    assert!(log(b, &task).await.contains("boom"), "stderr is in the log");
 }
 
-/// The job protocol's environment reaches the task.
-pub async fn environment_reaches_the_task(b: Arc<dyn Backend>, t: &Target) {
-    let s = spec(
+/// The job protocol's environment reaches the task; a job's own variable
+/// cannot override one of the protocol's.
+pub async fn environment_reaches_the_task(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
+    let mut s = spec(
         t,
         "env",
-        sh("echo \"$HADAR_JOB_ID|$HADAR_COPY|$HADAR_ROUND|$CUDA_VISIBLE_DEVICES|$HADAR_GPU_TYPE|$HADAR_TOTAL_ITERATIONS|$HADAR_CHECKPOINT_DIR\""),
+        sh("echo \"$HADAR_JOB_ID|$HADAR_COPY|$HADAR_ROUND|$CUDA_VISIBLE_DEVICES|$HADAR_GPU_TYPE|$HADAR_TOTAL_ITERATIONS|$HADAR_CHECKPOINT_DIR|$HADAR_TASK_TOKEN|$MINE\""),
         99,
     );
-    let h = b.launch(&s).await.expect("launch");
-    wait_exit(&b, &h, Duration::from_secs(10)).await;
-    let expected = format!("7|1|3|2,3|k80,k80|99|{}", s.workdir.display());
-    assert_eq!(log(t, "env").trim(), expected);
+    s.env.push(("HADAR_TOTAL_ITERATIONS".into(), "5".into()));
+    s.env.push(("MINE".into(), "x y".into()));
+    let task = b.launch(&s).await.expect("launch");
+    wait_exit(b, &task, Duration::from_secs(10)).await;
+    let expected = format!(
+        "7|1|3|2,3|k80,k80|99|{}|{}|x y",
+        s.workdir.display(),
+        s.token
+    );
+    assert_eq!(log(b, &task).await.trim(), expected);
 }
 
 /// Arguments with spaces, quotes, `$()`, `;` and newlines arrive intact, and
 /// nothing else runs.
-pub async fn arguments_arrive_intact(b: Arc<dyn Backend>, t: &Target) {
+pub async fn arguments_arrive_intact(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
     let witness = t.workdir.join("pwned");
     let nasty = [
         "two words".to_string(),
@@ -203,40 +399,29 @@ pub async fn arguments_arrive_intact(b: Arc<dyn Backend>, t: &Target) {
         format!("x; touch {}", witness.display()),
         "line\nbreak".to_string(),
         "`id`".to_string(),
+        "-- --help".to_string(),
     ];
     let mut argv = vec!["printf".to_string(), "[%s]\\n".to_string()];
     argv.extend(nasty.iter().cloned());
     let s = spec(t, "quoting", argv, 1);
-    let h = b.launch(&s).await.expect("launch");
-    wait_exit(&b, &h, Duration::from_secs(10)).await;
+    let task = b.launch(&s).await.expect("launch");
+    wait_exit(b, &task, Duration::from_secs(10)).await;
     let expected: String = nasty.iter().map(|a| format!("[{a}]\n")).collect();
-    assert_eq!(log(t, "quoting"), expected);
-    assert!(!witness.exists(), "nothing but printf ran");
-}
-
-/// A task launched before a restart is found again by its handle and can be stopped.
-pub async fn found_again_after_restart(
-    first: Arc<dyn Backend>,
-    second: Arc<dyn Backend>,
-    t: &Target,
-) {
-    let mut s = spec(t, "adopt", trainer_argv(t), u64::MAX / 2);
-    s.env.push(("HADAR_TRAINER_ITER_US".into(), "500".into()));
-    let h = first.launch(&s).await.expect("launch");
-    wait_report(&first, &h).await;
-    // The handle is what the runtime saves; a new backend reads it back.
-    let st = second.status(&h).await.expect("status");
-    assert_eq!(st.state, TaskState::Running);
-    assert!(st.report.is_some());
-    let st = second.stop(&h, &StopPolicy::default()).await.expect("stop");
-    assert!(matches!(st.state, TaskState::Exited { .. }), "{st:?}");
-    // Let the first backend reap its child.
-    let _ = first.status(&h).await;
-    assert!(s.workdir.join("checkpoint.safetensors").is_file());
+    assert_eq!(log(b, &task).await, expected);
+    // The witness would sit in the scenario's directory: fetch it from there.
+    let probe = spec(t, "quoting", vec!["true".into()], 1).handle("0");
+    let mut probe = probe;
+    probe.workdir = t.workdir.clone();
+    assert_eq!(
+        file(b, &probe, "pwned").await,
+        None,
+        "nothing but printf ran"
+    );
 }
 
 /// A command that cannot start is an error, not a task.
-pub async fn launch_failure_is_an_error(b: Arc<dyn Backend>, t: &Target) {
+pub async fn launch_failure_is_an_error(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
     let s = spec(t, "missing", vec!["/no/such/program".into()], 1);
     match b.launch(&s).await {
         Err(BackendError::Launch { node, message }) => {
@@ -244,5 +429,64 @@ pub async fn launch_failure_is_an_error(b: Arc<dyn Backend>, t: &Target) {
             assert!(message.contains("/no/such/program"), "{message}");
         }
         other => panic!("expected a launch error, got {other:?}"),
+    }
+}
+
+/// A handle whose process is not ours (another token: a reused pid, a
+/// foreign state file) is never signalled, and pid 0 and 1 are refused.
+pub async fn never_signals_what_is_not_ours(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
+    // A process of this machine that no backend started (the SSH test hosts
+    // share this machine's process ids).
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("sleep");
+    let mut forged = spec(t, "forged", vec!["true".into()], 1).handle(bystander.id().to_string());
+    forged.token = "someone-else".into();
+    let st = b.status(&forged).await.expect("status");
+    assert!(
+        matches!(st.state, TaskState::Exited { .. }),
+        "not ours: {st:?}"
+    );
+    let kill = StopPolicy {
+        signal: Signal::Kill,
+        grace: Duration::ZERO,
+    };
+    let _ = b.stop(&forged, &kill).await;
+    let _ = b.cleanup(&forged).await;
+    assert_eq!(
+        bystander.try_wait().expect("try_wait"),
+        None,
+        "the bystander was signalled"
+    );
+    for id in ["0", "1", "-1", "x"] {
+        let mut bad = forged.clone();
+        bad.id = id.into();
+        assert!(
+            matches!(b.stop(&bad, &kill).await, Err(BackendError::Invalid(_))),
+            "id {id:?} accepted"
+        );
+    }
+    bystander.kill().expect("kill");
+    let _ = bystander.wait();
+}
+
+/// A node that cannot be reached says so (its jobs are then rescheduled).
+pub async fn unreachable_node_says_so(h: &Harness) {
+    let Some(node) = &h.unreachable else {
+        // A backend whose every node is this machine has no unreachable node.
+        assert!(
+            h.backend.capabilities().shared_fs,
+            "a remote backend's harness must name an unreachable node"
+        );
+        return;
+    };
+    let mut t = h.target.clone();
+    t.node = node.clone();
+    let s = spec(&t, "unreachable", vec!["true".into()], 1);
+    match h.backend.launch(&s).await {
+        Err(e) => assert_eq!(e.lost_node(), Some(node.as_str()), "{e}"),
+        Ok(task) => panic!("launched on an unreachable node: {task:?}"),
     }
 }

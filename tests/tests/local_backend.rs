@@ -1,66 +1,41 @@
-//! The backend conformance suite against the local backend (real processes).
+//! The backend conformance suite against the local backend (real
+//! processes), bare and under the `Fault` layer with no faults scheduled
+//! but its bookkeeping in the path.
 
 use std::sync::Arc;
 
+use hadar_backend::layers::{Fault, FaultPlan};
+use hadar_backend::Backend;
 use hadar_backend_local::LocalBackend;
-use hadar_core::runtime::Backend;
-use hadar_tests::conformance::{self, local_trainer, Target};
+use hadar_tests::conformance::{local_trainer, Harness, Target};
 
-fn setup() -> (Arc<dyn Backend>, Target, tempfile::TempDir) {
+fn harness(wrap: fn(Arc<dyn Backend>) -> Arc<dyn Backend>) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
-    let target = Target {
-        node: "local".into(),
-        workdir: dir.path().to_path_buf(),
-        trainer: local_trainer(),
-    };
-    (Arc::new(LocalBackend::new()), target, dir)
+    Harness {
+        backend: wrap(Arc::new(LocalBackend::new())),
+        restart: Box::new(move || wrap(Arc::new(LocalBackend::new()))),
+        target: Target {
+            node: "local".into(),
+            workdir: dir.path().to_path_buf(),
+            trainer: local_trainer(),
+        },
+        unreachable: None,
+        keep: Box::new(dir),
+    }
 }
 
-#[tokio::test]
-async fn launch_and_finish() {
-    let (b, t, _d) = setup();
-    conformance::launch_and_finish(b, &t).await;
+fn bare(b: Arc<dyn Backend>) -> Arc<dyn Backend> {
+    b
 }
 
-#[tokio::test]
-async fn stop_within_grace() {
-    let (b, t, _d) = setup();
-    conformance::stop_within_grace(b, &t).await;
+fn faulty(b: Arc<dyn Backend>) -> Arc<dyn Backend> {
+    Arc::new(Fault::new(b, FaultPlan::none(1)))
 }
 
-#[tokio::test]
-async fn grace_expiry_kills() {
-    let (b, t, _d) = setup();
-    conformance::grace_expiry_kills(b, &t).await;
+mod local {
+    hadar_tests::conformance_suite!(super::harness(super::bare));
 }
 
-#[tokio::test]
-async fn crash_is_reported() {
-    let (b, t, _d) = setup();
-    conformance::crash_is_reported(b, &t).await;
-}
-
-#[tokio::test]
-async fn environment_reaches_the_task() {
-    let (b, t, _d) = setup();
-    conformance::environment_reaches_the_task(b, &t).await;
-}
-
-#[tokio::test]
-async fn arguments_arrive_intact() {
-    let (b, t, _d) = setup();
-    conformance::arguments_arrive_intact(b, &t).await;
-}
-
-#[tokio::test]
-async fn found_again_after_restart() {
-    let (first, t, _d) = setup();
-    let second: Arc<dyn Backend> = Arc::new(LocalBackend::new());
-    conformance::found_again_after_restart(first, second, &t).await;
-}
-
-#[tokio::test]
-async fn launch_failure_is_an_error() {
-    let (b, t, _d) = setup();
-    conformance::launch_failure_is_an_error(b, &t).await;
+mod fault_local {
+    hadar_tests::conformance_suite!(super::harness(super::faulty));
 }

@@ -4,12 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hadar_backend::StopPolicy;
 use hadar_backend_local::LocalBackend;
-use hadar_core::cluster::Cluster;
-use hadar_core::runtime::StopPolicy;
-use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
+use hadar_core::cluster::{Cluster, GpuId};
+use hadar_core::job::JobId;
+use hadar_core::plan::Task;
+use hadar_core::scheduler::{Decision, PolicyKind, RoundContext, Scheduler, SchedulerSettings};
 use hadar_runtime::jobs::parse_jobs;
-use hadar_runtime::{load_state, run, RunConfig};
+use hadar_runtime::{load_state, run, CustomScheduler, RunConfig, RunError};
 use hadar_tests::conformance::local_trainer;
 
 const CLUSTER: &str = r#"
@@ -42,12 +44,10 @@ fn config(policy: PolicyKind, dir: &std::path::Path, iterations: u64) -> RunConf
         scheduler: SchedulerSettings::default(),
         round_s: 1.0,
         state_dir: dir.to_path_buf(),
-        stop: StopPolicy {
-            signal: 15,
-            grace: Duration::from_secs(5),
-        },
+        stop: StopPolicy::new(hadar_backend::Signal::Term, 5.0).expect("grace"),
         poll: Duration::from_millis(100),
         remote_dir: None,
+        custom_scheduler: None,
     }
 }
 
@@ -59,18 +59,32 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
         .await
         .expect("run");
     assert_eq!(report.jobs.len(), 4);
+    // The report is a simulation's: every job measured, finished, with a
+    // makespan, JCTs and bounds from the jobs' estimates.
+    let summary = &report.result.summary;
+    assert_eq!((summary.jobs_completed, summary.jobs_measured), (4, 4));
+    assert!(
+        summary.makespan_s > 0.0 && summary.avg_jct_s > 0.0,
+        "{summary:?}"
+    );
+    assert!(
+        summary.lower_bound_s.is_some_and(|b| b > 0.0),
+        "{summary:?}"
+    );
+    assert!(summary.jct_lower_bound_s > 0.0, "{summary:?}");
     for j in &report.jobs {
         assert_eq!(j.state, "finished", "{j:?}");
         assert!(j.jct_s.expect("jct") > 0.0);
+        // Its collected checkpoint holds all its iterations.
         assert!(j.iterations >= 3000, "{j:?}");
         // Real learning: the trainer's test accuracy, reported at the end.
         assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
     }
     assert!(
-        report.utilization > 0.0 && report.utilization <= 1.0,
-        "{report:?}"
+        summary.utilization > 0.0 && summary.utilization <= 1.0,
+        "{summary:?}"
     );
-    assert!(report.rounds >= 2);
+    assert!(summary.rounds >= 2);
     for j in &report.jobs {
         assert_eq!(j.accuracy, j.metrics.get("accuracy").copied());
     }
@@ -78,8 +92,9 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
     // GPUs here are the same CPU as the "v100" ones, far faster than the
     // 1000 iterations/s the file guessed.
     let state = load_state(dir.path()).expect("state").expect("saved");
-    assert!(!state.measured.is_empty(), "rates were measured");
-    if let Some(k80) = state.measured.iter().find(|m| m.gpu_type == "k80") {
+    let measured = state.loop_state.expect("the loop's state").measured;
+    assert!(!measured.is_empty(), "rates were measured");
+    if let Some(k80) = measured.iter().find(|m| m.gpu_type == "k80") {
         assert!(k80.rate > 1200.0, "{k80:?}");
     }
     std::fs::read_dir(dir.path().join("tasks"))
@@ -117,7 +132,14 @@ async fn an_interrupted_run_resumes_without_redoing_work() {
     .await;
     assert!(first.is_err(), "the first run was cut short");
     let saved = load_state(dir.path()).expect("state").expect("saved");
-    let done_before: u64 = saved.jobs.iter().map(|p| p.done).sum();
+    let done_before: u64 = saved
+        .loop_state
+        .expect("a round was saved")
+        .jobs
+        .jobs
+        .iter()
+        .map(|j| j.done_steps)
+        .sum();
     assert!(done_before > 0, "progress was saved");
     // A new runtime with a new backend picks it up.
     let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
@@ -132,4 +154,70 @@ async fn an_interrupted_run_resumes_without_redoing_work() {
         .expect("tasks")
         .count();
     assert!(tasks >= 4);
+}
+
+/// Gives job 0 the same GPU twice.
+struct Invalid;
+
+impl Scheduler for Invalid {
+    fn name(&self) -> &str {
+        "invalid"
+    }
+    fn plan(&mut self, ctx: &RoundContext<'_>) -> hadar_core::Result<Decision> {
+        let tasks = ctx
+            .state
+            .active
+            .iter()
+            .take(1)
+            .map(|&j| Task {
+                job: j,
+                copy: 0,
+                gpus: vec![GpuId(0), GpuId(0)],
+            })
+            .collect();
+        Ok(Decision {
+            tasks,
+            solved: false,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_run_refuses_an_invalid_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(PolicyKind::Hadar, dir.path(), 3000);
+    cfg.custom_scheduler = Some(CustomScheduler(Arc::new(|_| Ok(Box::new(Invalid)))));
+    let err = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect_err("an invalid plan must stop the run");
+    assert!(matches!(err, RunError::Core(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("invalid plan"), "{text}");
+    // Nothing was launched.
+    assert!(!dir.path().join("tasks").exists(), "a task started");
+    let _ = JobId(0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_of_other_jobs_is_refused_not_discarded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(PolicyKind::Hadar, dir.path(), 300);
+    run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("first run");
+    let other = config(PolicyKind::Hadar, dir.path(), 400);
+    let err = run(&other, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect_err("other jobs");
+    let text = err.to_string();
+    assert!(
+        text.contains("job0:300:1") && text.contains("job0:400:1"),
+        "{text}"
+    );
+    // The finished run, run again, reports without running anything.
+    let again = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("again");
+    assert!(again.already_finished);
+    assert_eq!(again.result.summary.jobs_completed, 4);
 }

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hadar_backend::{Backend, BackendError};
 use hadar_backend_ssh::{SshBackend, SshHost, SshOptions};
-use hadar_core::job::JobId;
-use hadar_core::runtime::{Backend, BackendError, TaskSpec};
-use hadar_tests::conformance::{self, local_trainer, Target};
+use hadar_tests::conformance::{local_trainer, spec, Harness, Target};
 
 fn ssh_dir() -> PathBuf {
     let dir = PathBuf::from(
@@ -55,94 +54,45 @@ fn backend(known_hosts: PathBuf, accept_unknown_hosts: bool) -> SshBackend {
     )
 }
 
-fn setup(node: &str) -> (Arc<dyn Backend>, Target, tempfile::TempDir) {
+fn harness(node: &str) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
-    let target = Target {
-        node: node.into(),
-        // The namespaces share this machine's filesystem: the same paths work there.
-        workdir: dir.path().to_path_buf(),
-        trainer: local_trainer(),
-    };
-    (
-        Arc::new(backend(ssh_dir().join("known_hosts"), false)),
-        target,
-        dir,
-    )
-}
-
-#[tokio::test]
-async fn launch_and_finish() {
-    let (b, t, _d) = setup("h1");
-    conformance::launch_and_finish(b, &t).await;
-}
-
-#[tokio::test]
-async fn stop_within_grace() {
-    let (b, t, _d) = setup("h2");
-    conformance::stop_within_grace(b, &t).await;
-}
-
-#[tokio::test]
-async fn grace_expiry_kills() {
-    let (b, t, _d) = setup("h3");
-    conformance::grace_expiry_kills(b, &t).await;
-}
-
-#[tokio::test]
-async fn crash_is_reported() {
-    let (b, t, _d) = setup("h1");
-    conformance::crash_is_reported(b, &t).await;
-}
-
-#[tokio::test]
-async fn environment_reaches_the_task() {
-    let (b, t, _d) = setup("h2");
-    conformance::environment_reaches_the_task(b, &t).await;
-}
-
-#[tokio::test]
-async fn arguments_arrive_intact() {
-    let (b, t, _d) = setup("h3");
-    conformance::arguments_arrive_intact(b, &t).await;
-}
-
-#[tokio::test]
-async fn found_again_after_restart() {
-    let (first, t, _d) = setup("local");
-    let second: Arc<dyn Backend> = Arc::new(backend(ssh_dir().join("known_hosts"), false));
-    conformance::found_again_after_restart(first, second, &t).await;
-}
-
-#[tokio::test]
-async fn launch_failure_is_an_error() {
-    let (b, t, _d) = setup("h1");
-    conformance::launch_failure_is_an_error(b, &t).await;
-}
-
-fn any_spec(node: &str, dir: &std::path::Path) -> TaskSpec {
-    TaskSpec {
-        job: JobId(1),
-        copy: 0,
-        round: 0,
-        node: node.into(),
-        gpus: vec![0],
-        gpu_types: vec!["v100".into()],
-        argv: vec!["true".into()],
-        env: vec![],
-        workdir: dir.to_path_buf(),
-        total_iterations: 1,
-        deadline_unix_s: 0.0,
-        seed: 0,
+    let make = || -> Arc<dyn Backend> { Arc::new(backend(ssh_dir().join("known_hosts"), false)) };
+    Harness {
+        backend: make(),
+        restart: Box::new(make),
+        target: Target {
+            node: node.into(),
+            // The namespaces share this machine's filesystem: the same paths
+            // work there (files still travel over SFTP).
+            workdir: dir.path().to_path_buf(),
+            trainer: local_trainer(),
+        },
+        unreachable: Some("gone".into()),
+        keep: Box::new(dir),
     }
+}
+
+mod ssh_h1 {
+    hadar_tests::conformance_suite!(super::harness("h1"));
+}
+
+mod ssh_local {
+    hadar_tests::conformance_suite!(super::harness("local"), protocol);
 }
 
 #[tokio::test]
 async fn unknown_host_keys_are_refused_unless_the_user_opts_in() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let t = Target {
+        node: "h1".into(),
+        workdir: dir.path().to_path_buf(),
+        trainer: local_trainer(),
+    };
+    let any = spec(&t, "keys", vec!["true".into()], 1);
     let empty = dir.path().join("known_hosts");
     std::fs::write(&empty, "").expect("write");
     let strict = backend(empty.clone(), false);
-    match strict.launch(&any_spec("h1", dir.path())).await {
+    match strict.launch(&any).await {
         Err(BackendError::Launch { message, .. }) => {
             assert!(message.contains("not in"), "{message}");
         }
@@ -150,7 +100,7 @@ async fn unknown_host_keys_are_refused_unless_the_user_opts_in() {
     }
     let trusting = backend(empty.clone(), true);
     trusting
-        .launch(&any_spec("h1", dir.path()))
+        .launch(&any)
         .await
         .expect("accepted when the user opts in");
     let recorded = std::fs::read_to_string(&empty).expect("known_hosts");
@@ -163,10 +113,7 @@ async fn unknown_host_keys_are_refused_unless_the_user_opts_in() {
     let other_key = std::fs::read_to_string(ssh_dir().join("host_h2.pub")).expect("h2 key");
     let fields: Vec<&str> = other_key.split_whitespace().take(2).collect();
     std::fs::write(&wrong, format!("10.78.0.11 {}\n", fields.join(" "))).expect("write");
-    match backend(wrong, true)
-        .launch(&any_spec("h1", dir.path()))
-        .await
-    {
+    match backend(wrong, true).launch(&any).await {
         Err(BackendError::Launch { message, .. }) => {
             assert!(message.contains("does NOT match"), "{message}");
         }
@@ -175,14 +122,15 @@ async fn unknown_host_keys_are_refused_unless_the_user_opts_in() {
 }
 
 #[tokio::test]
-async fn an_unreachable_host_says_so() {
+async fn an_unknown_node_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let t = Target {
+        node: "nowhere".into(),
+        workdir: dir.path().to_path_buf(),
+        trainer: local_trainer(),
+    };
     let b = backend(ssh_dir().join("known_hosts"), false);
-    match b.launch(&any_spec("gone", dir.path())).await {
-        Err(BackendError::Unreachable { node, .. }) => assert_eq!(node, "gone"),
-        other => panic!("expected unreachable, got {other:?}"),
-    }
-    match b.launch(&any_spec("nowhere", dir.path())).await {
+    match b.launch(&spec(&t, "x", vec!["true".into()], 1)).await {
         Err(BackendError::Invalid(m)) => assert!(m.contains("nowhere")),
         other => panic!("expected an unknown node, got {other:?}"),
     }

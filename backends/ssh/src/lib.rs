@@ -20,12 +20,61 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hadar_core::runtime::protocol::last_report;
-use hadar_core::runtime::{
+use hadar_backend::protocol::last_report;
+use hadar_backend::registry::{BackendInputs, Factory};
+use hadar_backend::{
     Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec, TaskState, TaskStatus,
     KILL_WAIT,
 };
+use hadar_core::error::{Error, Location};
 use ssh2::{CheckResult, KnownHostFileKind, Session};
+
+pub mod config;
+
+/// How `--backend ssh` is made: hosts from the cluster file's nodes
+/// (`address`, ...) and `[backend.ssh]` ([`config`]).
+pub const FACTORY: Factory = Factory {
+    name: "ssh",
+    about: "detached processes on hosts reached over SSH (nodes with an `address`)",
+    node_keys: &["address", "port", "user", "key"],
+    build,
+};
+
+fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
+    let (hosts, options) =
+        config::from_toml(inputs.cluster_toml, inputs.cluster_source, inputs.base_dir)?;
+    if hosts.is_empty() {
+        return Err(Error::parse(
+            Location::new(inputs.cluster_source).field("node.address"),
+            "--backend ssh: no node has an `address`; give each node the host it runs on",
+        ));
+    }
+    if let Some(n) = inputs
+        .cluster
+        .nodes()
+        .iter()
+        .find(|n| !hosts.iter().any(|h| h.name == n.name))
+    {
+        return Err(Error::parse(
+            Location::new(inputs.cluster_source).field("node.address"),
+            format!("--backend ssh: node `{}` has no `address`", n.name),
+        ));
+    }
+    Ok(Arc::new(SshBackend::new(hosts, options)))
+}
+
+/// The pid in a handle: a number above 1 (0 and 1 are never ours, and
+/// `kill -- -1` would reach every process of the user).
+fn pid(task: &TaskHandle) -> Result<u32, BackendError> {
+    match task.id.parse::<u32>() {
+        Ok(p) if p > 1 && p <= i32::MAX as u32 => Ok(p),
+        _ => Err(BackendError::Invalid(format!(
+            "task {:?} on {}: not a process id of a task (a corrupt state file?)",
+            task.id,
+            task.node()
+        ))),
+    }
+}
 
 /// The task's log, in its directory.
 pub const LOG_FILE: &str = "task.log";
@@ -326,17 +375,16 @@ impl Inner {
     /// A shell snippet that prints the task's state, then the end of its log.
     fn status_script(task: &TaskHandle) -> Result<String, BackendError> {
         let dir = q(&task.workdir.display().to_string())?;
-        let pid = task.pid;
         Ok(format!(
             "cd {dir} 2>/dev/null; if [ -f {EXIT_FILE} ]; then echo \"exit $(cat {EXIT_FILE})\"; \
              elif {}; then echo running; else echo gone; fi; \
              tail -c {LOG_TAIL_BYTES} {LOG_FILE} 2>/dev/null",
-            group_alive(pid)
+            ours_and_alive(task)?
         ))
     }
 
     fn exec_blocking_status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
-        let (_, out) = self.exec(&task.node, &Self::status_script(task)?)?;
+        let (_, out) = self.exec(task.node(), &Self::status_script(task)?)?;
         Ok(parse_status(&out))
     }
 
@@ -348,11 +396,11 @@ impl Inner {
         task: &TaskHandle,
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError> {
-        let pid = task.pid;
-        let sig = signal_name(policy.signal);
+        let pid = pid(task)?;
+        let sig = policy.signal.name();
         let steps = (policy.grace.as_millis() / 50).max(1);
         let dir = q(&task.workdir.display().to_string())?;
-        let running = format!("[ ! -f {dir}/{EXIT_FILE} ] && {}", group_alive(pid));
+        let running = format!("[ ! -f {dir}/{EXIT_FILE} ] && {}", ours_and_alive(task)?);
         let cmd = format!(
             "kill -{sig} -- -{pid} 2>/dev/null; n=0; \
              while {running} && [ $n -lt {steps} ]; do sleep 0.05; n=$((n+1)); done; \
@@ -360,7 +408,7 @@ impl Inner {
              while {running} && [ $m -lt 100 ]; do sleep 0.05; m=$((m+1)); done; fi; {}",
             Self::status_script(task)?
         );
-        let (_, out) = self.exec_for(&task.node, &cmd, policy.grace + KILL_WAIT)?;
+        let (_, out) = self.exec_for(task.node(), &cmd, policy.grace + KILL_WAIT)?;
         Ok(parse_status(&out))
     }
 }
@@ -374,11 +422,19 @@ fn io_error(node: &str, path: &Path, source: std::io::Error) -> BackendError {
     }
 }
 
-/// A shell test: does the task's session (`setsid` made `pid` its leader)
-/// still have a live member? Exited members nobody has reaped yet (zombies:
-/// where the host's init does not reap, they stay) do not count.
-fn group_alive(pid: u32) -> String {
-    format!("ps -o stat= -s {pid} 2>/dev/null | grep -q '^[^Z]'")
+/// A shell test: is the task's session leader (`setsid` made `pid` its
+/// leader) still the task we started (its environment carries the task's
+/// token), and does its session still have a live member? Exited members
+/// nobody has reaped yet (zombies: where the host's init does not reap,
+/// they stay) do not count. A pid reused by another process fails the
+/// token test, so nothing is ever signalled that is not ours.
+fn ours_and_alive(task: &TaskHandle) -> Result<String, BackendError> {
+    let pid = pid(task)?;
+    let token = q(&format!("HADAR_TASK_TOKEN={}", task.token))?;
+    Ok(format!(
+        "{{ tr '\\0' '\\n' < /proc/{pid}/environ 2>/dev/null | grep -qxF -- {token}; }} && \
+         ps -o stat= -s {pid} 2>/dev/null | grep -q '^[^Z]'"
+    ))
 }
 
 /// Reads what [`Inner::status_script`] printed.
@@ -396,19 +452,6 @@ fn parse_status(out: &str) -> TaskStatus {
     }
 }
 
-/// Signal names for `kill -NAME` (numbers work too).
-fn signal_name(signal: i32) -> String {
-    match signal {
-        1 => "HUP".into(),
-        2 => "INT".into(),
-        9 => "KILL".into(),
-        10 => "USR1".into(),
-        12 => "USR2".into(),
-        15 => "TERM".into(),
-        n => n.to_string(),
-    }
-}
-
 #[async_trait::async_trait]
 impl Backend for SshBackend {
     fn name(&self) -> &str {
@@ -422,6 +465,8 @@ impl Backend for SshBackend {
             gpu_binding: true,
             suspend: false,
             share_gpus: false,
+            multi_node: false,
+            shared_fs: false,
         }
     }
 
@@ -429,8 +474,25 @@ impl Backend for SshBackend {
         if spec.argv.is_empty() {
             return Err(BackendError::Invalid(format!(
                 "job {}: empty command",
-                spec.job
+                spec.job_name
             )));
+        }
+        if spec.placement.len() != 1 {
+            return Err(BackendError::Invalid(format!(
+                "job {}: the SSH backend runs a task on one host, not {}",
+                spec.job_name,
+                spec.placement.len()
+            )));
+        }
+        // Input files first (the checkpoint to resume from).
+        for f in &spec.inputs {
+            let (node, local, remote) = (
+                spec.node().to_string(),
+                f.local.clone(),
+                spec.workdir.join(&f.name),
+            );
+            self.run(move |b| b.put_blocking(&node, &local, &remote))
+                .await?;
         }
         let dir = q(&spec.workdir.display().to_string())?;
         let mut words = vec!["env".to_string()];
@@ -455,27 +517,22 @@ impl Backend for SshBackend {
              {{ {} >> {LOG_FILE} 2>&1 < /dev/null & echo $!; }}",
             words.join(" ")
         );
-        let node = spec.node.clone();
+        let node = spec.node().to_string();
         let (code, out) = self.run(move |b| b.exec(&node, &cmd)).await?;
         if code == 127 {
             return Err(BackendError::Launch {
-                node: spec.node.clone(),
+                node: spec.node().to_string(),
                 message: format!("{}: {}", spec.argv[0], out.trim()),
             });
         }
         let pid: u32 = out.trim().parse().map_err(|_| BackendError::Launch {
-            node: spec.node.clone(),
+            node: spec.node().to_string(),
             message: format!(
                 "the launch printed {:?} (status {code}), not a pid",
                 out.trim()
             ),
         })?;
-        let handle = TaskHandle {
-            node: spec.node.clone(),
-            pid,
-            workdir: spec.workdir.clone(),
-        };
-        Ok(handle)
+        Ok(spec.handle(pid.to_string()))
     }
 
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
@@ -493,25 +550,34 @@ impl Backend for SshBackend {
         self.run(move |b| b.stop_blocking(&task, &policy)).await
     }
 
-    async fn fetch(&self, node: &str, remote: &Path, local: &Path) -> Result<bool, BackendError> {
-        let (node, remote, local) = (node.to_string(), remote.to_path_buf(), local.to_path_buf());
+    async fn fetch(
+        &self,
+        task: &TaskHandle,
+        name: &str,
+        local: &Path,
+    ) -> Result<bool, BackendError> {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(BackendError::Invalid(format!(
+                "{name:?} is not a file name in a task directory"
+            )));
+        }
+        let (node, remote, local) = (
+            task.node().to_string(),
+            task.workdir.join(name),
+            local.to_path_buf(),
+        );
         self.run(move |b| b.fetch_blocking(&node, &remote, &local))
-            .await
-    }
-
-    async fn put(&self, node: &str, local: &Path, remote: &Path) -> Result<(), BackendError> {
-        let (node, local, remote) = (node.to_string(), local.to_path_buf(), remote.to_path_buf());
-        self.run(move |b| b.put_blocking(&node, &local, &remote))
             .await
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
         let dir = q(&task.workdir.display().to_string())?;
         let cmd = format!(
-            "kill -KILL -- -{} 2>/dev/null; rm -f {dir}/{LOG_FILE} {dir}/{EXIT_FILE}; true",
-            task.pid
+            "if {}; then kill -KILL -- -{} 2>/dev/null; fi; rm -f {dir}/{LOG_FILE} {dir}/{EXIT_FILE}; true",
+            ours_and_alive(task)?,
+            pid(task)?
         );
-        let node = task.node.clone();
+        let node = task.node().to_string();
         self.run(move |b| b.exec(&node, &cmd)).await.map(|_| ())
     }
 }

@@ -5,33 +5,40 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use hadar_backend_local::LocalBackend;
-use hadar_backend_ssh::{SshBackend, SshHost, SshOptions};
-use hadar_core::cluster::{access_from_toml_str, Cluster};
+use hadar_backend::layers::{Fault, FaultPlan, Retry, Timeout};
+use hadar_backend::registry::BackendInputs;
+use hadar_backend::{Backend, Signal, StopPolicy};
+use hadar_core::cluster::Cluster;
 use hadar_core::error::read_to_string;
-use hadar_core::runtime::{Backend, StopPolicy};
 use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
 use hadar_runtime::{jobs::read_jobs, load_state, run as run_jobs, Event, RunConfig, RunReport};
 use indicatif::ProgressBar;
 
 use crate::exit::CliError;
 use crate::progress::Bars;
-use crate::report::table::Table;
+use crate::report::{escape, summary, table::Table};
 
-/// Run real jobs round by round on this machine or over SSH.
+/// Run real jobs round by round, on this machine or on a cluster manager.
 ///
 /// The cluster file lists the nodes and their GPUs (on a machine without
-/// GPUs, the ids are fake and exported as CUDA_VISIBLE_DEVICES); with
-/// `--backend ssh`, each node also has an `address` (see docs/inputs.md).
-/// The jobs file lists each job's command, iterations, gang and throughput
-/// estimates. Jobs follow the job protocol (docs/job-protocol.md).
-/// State, logs and checkpoints go to --state; running the same command
-/// again after an interruption resumes the run.
+/// GPUs, the ids are fake and exported as CUDA_VISIBLE_DEVICES); each
+/// backend reads its own keys from it (`address` for ssh; see
+/// docs/backends.md). The jobs file lists each job's command, iterations,
+/// gang and throughput estimates. Jobs follow the job protocol
+/// (docs/job-protocol.md). State, logs and checkpoints go to --state;
+/// running the same command again after an interruption resumes the run.
+/// The report is the one `hadar simulate` prints, plus each job's
+/// iterations and accuracy; `hadar simulate --cluster C --jobs J`
+/// simulates the same inputs.
 ///
 /// Example (build the example trainer first):
 ///
 ///   cargo build --release -p hadar-example-trainer
 ///   hadar run --cluster examples/local/cluster.toml --jobs examples/local/jobs.toml
+///
+///   # the same, with faults injected (a node lost, launches failing):
+///   hadar run --cluster examples/local/cluster.toml --jobs examples/local/jobs.toml \
+///       --state /tmp/faulty --inject-faults 7
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct RunArgs {
@@ -54,15 +61,20 @@ pub struct RunArgs {
     /// share this machine's filesystem); checkpoints are copied both ways.
     #[arg(long, value_name = "DIR")]
     pub remote_dir: Option<PathBuf>,
-    /// Where tasks run: `local` (processes here) or `ssh` (the nodes' addresses).
-    #[arg(long, default_value = "local", value_parser = ["local", "ssh"])]
+    /// Where tasks run.
+    #[arg(long, default_value = "local", value_parser = crate::backends::value_parser())]
     pub backend: String,
     /// Seconds a task may take to checkpoint and exit after the stop signal.
     #[arg(long, default_value_t = 10.0, value_name = "S")]
     pub grace: f64,
-    /// Signal number sent to stop a task (15 = SIGTERM).
-    #[arg(long, default_value_t = 15, value_name = "N")]
-    pub stop_signal: i32,
+    /// Signal sent to stop a task: TERM, INT, HUP, QUIT, USR1, USR2 or KILL
+    /// (with or without SIG, or its number).
+    #[arg(long, default_value = "TERM", value_name = "SIGNAL")]
+    pub stop_signal: String,
+    /// Inject a seeded schedule of faults (a node lost, failed launches,
+    /// slow calls, dropped progress) to watch recovery work.
+    #[arg(long, value_name = "SEED")]
+    pub inject_faults: Option<u64>,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -97,46 +109,56 @@ fn resolve(argv0: &str, jobs_dir: &Path) -> String {
     }
 }
 
-fn backend(args: &RunArgs, cluster_text: &str) -> Result<Arc<dyn Backend>, CliError> {
-    if args.backend == "local" {
-        return Ok(Arc::new(LocalBackend::new()));
+/// The backend the user named, built from the cluster file, in its layers:
+/// every call bounded in time, calls that failed without effect retried,
+/// and faults injected when asked.
+fn backend(args: &RunArgs, cluster: &Cluster, text: &str) -> Result<Arc<dyn Backend>, CliError> {
+    let source = args.cluster.display().to_string();
+    let toml: toml::Table =
+        hadar_core::error::parse_toml(text, &hadar_core::error::Location::new(&source))?;
+    let table = toml
+        .get("backend")
+        .and_then(|b| b.get(&args.backend))
+        .and_then(toml::Value::as_table);
+    let base = args.cluster.parent().unwrap_or(Path::new("."));
+    let inputs = BackendInputs {
+        cluster,
+        cluster_toml: &toml,
+        cluster_source: &source,
+        table,
+        base_dir: base,
+    };
+    let mut b = crate::backends::registry().build(&args.backend, &inputs)?;
+    if let Some(seed) = args.inject_faults {
+        let nodes: Vec<String> = cluster.nodes().iter().map(|n| n.name.clone()).collect();
+        b = Arc::new(Fault::new(b, FaultPlan::from_seed(seed, &nodes)));
     }
-    let access = access_from_toml_str(cluster_text, &args.cluster.display().to_string())?;
-    if access.nodes.is_empty() {
-        return Err(usage(format!(
-            "--backend ssh: no node in {} has an `address`",
-            args.cluster.display()
-        )));
-    }
-    let known_hosts = access.known_hosts.clone().unwrap_or_else(|| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".ssh/known_hosts")
-    });
-    Ok(Arc::new(SshBackend::new(
-        access.nodes.into_iter().map(|n| SshHost {
-            name: n.name,
-            address: n.address,
-            port: n.port,
-            user: n.user,
-            key: n.key,
-        }),
-        SshOptions {
-            known_hosts,
-            accept_unknown_hosts: access.accept_unknown_hosts,
-            timeout: Duration::from_secs(5),
-        },
-    )))
+    let b: Arc<dyn Backend> = Arc::new(Timeout::new(b, Duration::from_secs(120)));
+    Ok(Arc::new(Retry::new(b, 4, Duration::from_millis(200))))
 }
 
 /// Runs `hadar run`.
 pub fn run(args: RunArgs) -> Result<(), CliError> {
     let policy = PolicyKind::parse(&args.policy)?;
-    if !(args.round_seconds > 0.0 && args.grace >= 0.0) {
-        return Err(usage("--round-seconds must be > 0 and --grace >= 0".into()));
+    if !(args.round_seconds.is_finite()
+        && args.round_seconds > 0.0
+        && args.round_seconds <= 86_400.0)
+    {
+        return Err(usage(format!(
+            "--round-seconds {}: expected seconds above 0 and at most a day",
+            args.round_seconds
+        )));
     }
+    let signal: Signal = args
+        .stop_signal
+        .parse()
+        .map_err(|e: hadar_backend::UnknownSignal| usage(format!("--stop-signal: {e}")))?;
+    let stop = StopPolicy::new(signal, args.grace).map_err(|e| usage(format!("--grace: {e}")))?;
     let cluster_text = read_to_string(&args.cluster)?;
-    let cluster = Arc::new(Cluster::from_toml_str(
+    let cluster = Arc::new(Cluster::from_toml_str_with_keys(
         &cluster_text,
         &args.cluster.display().to_string(),
+        &crate::backends::registry().node_keys(),
     )?);
     let mut jobs = read_jobs(&args.jobs)?;
     let jobs_dir = args.jobs.parent().unwrap_or(Path::new("."));
@@ -153,11 +175,12 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             };
             return Err(usage(format!(
                 "job {}: program {} does not exist{hint}",
-                j.name, j.command[0]
+                escape(&j.name),
+                escape(&j.command[0])
             )));
         }
     }
-    let backend = backend(&args, &cluster_text)?;
+    let backend = backend(&args, &cluster, &cluster_text)?;
     let config = RunConfig {
         cluster,
         jobs,
@@ -165,18 +188,16 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         scheduler: SchedulerSettings::default(),
         round_s: args.round_seconds,
         state_dir: args.state.clone(),
-        stop: StopPolicy {
-            signal: args.stop_signal,
-            grace: Duration::from_secs_f64(args.grace),
-        },
+        stop,
         poll: Duration::from_millis(250),
         remote_dir: args.remote_dir.clone(),
+        custom_scheduler: None,
     };
     let bars = Bars::new(!args.json);
     let job_bars: Vec<ProgressBar> = config
         .jobs
         .iter()
-        .map(|j| bars.bar(&j.name, j.iterations))
+        .map(|j| bars.bar(&escape(&j.name), j.iterations))
         .collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -187,8 +208,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             Event::Progress { job, done, .. } => {
                 job_bars[job].set_position(done);
             }
-            Event::Finished { job, jct_s } => {
-                job_bars[job].set_message(format!("done, JCT {jct_s:.1} s"));
+            Event::Finished { job, at_s } => {
+                job_bars[job].set_message(format!("done at {at_s:.1} s"));
                 job_bars[job].finish();
             }
             Event::Round { round, tasks } => {
@@ -203,22 +224,46 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     }));
     bars.clear();
     let report = report.map_err(CliError::Run)?;
-    print_report(&report, args.json)
+    for w in &report.result.summary.warnings {
+        tracing::warn!("{}", escape(w));
+    }
+    print_report(&config, &args, &report)
 }
 
-fn print_report(report: &RunReport, json: bool) -> Result<(), CliError> {
-    if json {
-        let text = serde_json::to_string_pretty(report)
-            .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
+fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Result<(), CliError> {
+    if args.json {
+        let text = serde_json::to_string_pretty(&serde_json::json!({
+            "summary": report.result.summary,
+            "jobs": report.jobs,
+            "backend": report.backend,
+            "already_finished": report.already_finished,
+        }))
+        .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
         println!("{text}");
         return Ok(());
     }
+    if report.already_finished {
+        println!(
+            "this run had already finished ({}); its report follows. To run the jobs again, \
+             use another --state directory or delete this one.\n",
+            args.state.display()
+        );
+    }
+    let workload = hadar_runtime::workload(config).map_err(CliError::Run)?;
+    summary::print(
+        "jobs",
+        &workload,
+        &format!("{} on {}", args.jobs.display(), report.backend),
+        None,
+        std::slice::from_ref(&report.result),
+    );
+    println!();
     let mut t =
         Table::new(["job", "state", "JCT s", "iterations", "accuracy", "loss"]).left_columns(2);
     for j in &report.jobs {
         let m = |k: &str| j.metrics.get(k).map_or("-".into(), |x| format!("{x:.3}"));
         t.row([
-            j.name.clone(),
+            escape(&j.name),
             j.state.clone(),
             j.jct_s.map_or("-".into(), |x| format!("{x:.1}")),
             j.iterations.to_string(),
@@ -227,57 +272,76 @@ fn print_report(report: &RunReport, json: bool) -> Result<(), CliError> {
         ]);
     }
     print!("{}", t.render());
-    println!(
-        "\nmakespan {:.1} s, mean JCT {:.1} s, utilization {:.3}, {} rounds",
-        report.makespan_s, report.avg_jct_s, report.utilization, report.rounds
-    );
     Ok(())
 }
 
 /// Runs `hadar status`.
 pub fn status(args: StatusArgs) -> Result<(), CliError> {
     let state = load_state(&args.state)
-        .map_err(|e| usage(e.to_string()))?
+        .map_err(CliError::Run)?
         .ok_or_else(|| {
             usage(format!(
                 "no run in {} (no state.json)",
                 args.state.display()
             ))
         })?;
+    let lp = state.loop_state.as_ref();
+    let round = lp.map_or(0, |l| l.round);
+    let jobs: Vec<serde_json::Value> = state
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let js = lp.and_then(|l| l.jobs.jobs.get(i));
+            serde_json::json!({
+                "id": i,
+                "name": state.job_names.get(i),
+                "state": if js.is_some_and(|j| j.finish_s.is_some()) { "finished" } else { "unfinished" },
+                "iterations": js.map_or(p.held, |j| j.done_steps),
+                "checkpointed": p.held,
+                "finished_s": js.and_then(|j| j.finish_s),
+                "metrics": p.metrics,
+            })
+        })
+        .collect();
     if args.json {
         let text = serde_json::to_string_pretty(&serde_json::json!({
-            "round": state.round,
-            "jobs": state.jobs.iter().enumerate().map(|(i, p)| serde_json::json!({
-                "id": i,
-                "state": if p.finished_s.is_some() { "finished" } else { "unfinished" },
-                "iterations": p.done,
-                "finished_s": p.finished_s,
-                "metrics": p.metrics,
-            })).collect::<Vec<_>>(),
+            "round": round,
+            "finished": state.finished,
+            "jobs": jobs,
         }))
         .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
         println!("{text}");
         return Ok(());
     }
-    let mut t =
-        Table::new(["job", "state", "iterations", "finished at s", "accuracy"]).left_columns(2);
-    for (i, p) in state.jobs.iter().enumerate() {
+    let mut t = Table::new([
+        "job",
+        "state",
+        "iterations",
+        "checkpointed",
+        "finished at s",
+        "accuracy",
+    ])
+    .left_columns(2);
+    for j in &jobs {
+        let s = |k: &str| j[k].as_str().unwrap_or("-").to_string();
         t.row([
-            i.to_string(),
-            if p.finished_s.is_some() {
-                "finished"
-            } else {
-                "unfinished"
-            }
-            .to_string(),
-            p.done.to_string(),
-            p.finished_s.map_or("-".into(), |x| format!("{x:.1}")),
-            p.metrics
-                .get("accuracy")
+            escape(&s("name")),
+            s("state"),
+            j["iterations"].to_string(),
+            j["checkpointed"].to_string(),
+            j["finished_s"]
+                .as_f64()
+                .map_or("-".into(), |x| format!("{x:.1}")),
+            j["metrics"]["accuracy"]
+                .as_f64()
                 .map_or("-".into(), |x| format!("{x:.3}")),
         ]);
     }
-    println!("round {}", state.round);
+    println!(
+        "round {round}{}",
+        if state.finished { " (finished)" } else { "" }
+    );
     print!("{}", t.render());
     Ok(())
 }

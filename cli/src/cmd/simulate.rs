@@ -18,7 +18,7 @@ use hadar_core::workload::Workload;
 
 use crate::exit::CliError;
 use crate::progress::Bars;
-use crate::report::{hours, jobs_csv, plots, table::Table};
+use crate::report::{jobs_csv, plots, summary};
 
 /// The embedded default trace: Gavel's run A (100 jobs at t=0, gangs of 1, 2, 4).
 const DEFAULT_TRACE: &str = "static_100jobs_multigpu_seed0.trace";
@@ -57,6 +57,12 @@ pub struct SimulateArgs {
     /// columns model,scale_factor,gpu_type,steps_per_second.
     #[arg(long, default_value = "gavel", value_name = "TABLE")]
     pub throughputs: String,
+
+    /// A real run's jobs file (`hadar run --jobs`) instead of a trace: its
+    /// jobs, arrivals and throughput estimates, simulated on --cluster (give
+    /// the run's cluster file), so a run and its simulation compare side by side.
+    #[arg(long, value_name = "FILE", conflicts_with = "trace")]
+    pub jobs: Option<PathBuf>,
 
     /// The cluster: `TYPE=COUNT,...` (e.g. v100=4,p100=4,k80=4; GPU type names
     /// are free-form but must be in the throughput table) or a cluster .toml file.
@@ -251,7 +257,11 @@ pub fn load_workload(
     gpus_per_node: u32,
 ) -> Result<(Arc<Workload>, String), CliError> {
     let table = Arc::new(ThroughputTable::load(throughputs)?);
-    let cluster = Arc::new(Cluster::from_arg(cluster, gpus_per_node)?);
+    let cluster = Arc::new(Cluster::from_arg(
+        cluster,
+        gpus_per_node,
+        &crate::backends::registry().node_keys(),
+    )?);
     let name = trace.unwrap_or(DEFAULT_TRACE);
     let (jobs, source) = match embedded_trace(name) {
         Some(text) if !Path::new(name).exists() => (
@@ -261,6 +271,25 @@ pub fn load_workload(
         _ => (read_trace(Path::new(name))?.0, name.to_string()),
     };
     let workload = Workload::new(jobs, cluster, table, &source)?;
+    Ok((Arc::new(workload), source))
+}
+
+/// Loads a real run's jobs file on a cluster: the jobs' names are their
+/// types and their estimates the table, as `hadar run` plans with them.
+fn load_jobs(
+    path: &Path,
+    cluster: &str,
+    gpus_per_node: u32,
+) -> Result<(Arc<Workload>, String), CliError> {
+    let jobs = hadar_runtime::jobs::read_jobs(path)?;
+    let (jobs, table) = hadar_runtime::jobs::to_model(&jobs);
+    let cluster = Arc::new(Cluster::from_arg(
+        cluster,
+        gpus_per_node,
+        &crate::backends::registry().node_keys(),
+    )?);
+    let source = path.display().to_string();
+    let workload = Workload::new(jobs, cluster, Arc::new(table), &source)?;
     Ok((Arc::new(workload), source))
 }
 
@@ -274,12 +303,15 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
     if kinds.is_empty() {
         return Err(CliError::Usage("--policy names no policy".into()));
     }
-    let (workload, source) = load_workload(
-        args.trace.as_deref(),
-        &args.throughputs,
-        &args.cluster,
-        args.gpus_per_node,
-    )?;
+    let (workload, source) = match &args.jobs {
+        Some(path) => load_jobs(path, &args.cluster, args.gpus_per_node)?,
+        None => load_workload(
+            args.trace.as_deref(),
+            &args.throughputs,
+            &args.cluster,
+            args.gpus_per_node,
+        )?,
+    };
     let settings = SimSettings {
         round_s: args.round_seconds,
         window: args.window,
@@ -327,7 +359,13 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
         println!("{text}");
     } else {
-        print_table(&experiment, &source, &results);
+        summary::print(
+            "trace",
+            experiment.workload(),
+            &source,
+            experiment.settings().window,
+            &results,
+        );
         if let Some(j) = args.explain {
             print_explanations(j, &results);
         }
@@ -389,66 +427,6 @@ fn run_policies(
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(CliError::Usage("a policy run did not finish".into()))))
         .collect()
-}
-
-fn print_table(experiment: &Experiment, source: &str, results: &[RunResult]) {
-    let w = experiment.workload();
-    let b = experiment.bounds();
-    println!("trace      {source}: {} jobs", w.jobs().len());
-    println!("cluster    {}", w.cluster());
-    println!("table      {}", w.table().source());
-    if let Some((a, z)) = experiment.settings().window {
-        println!("window     jobs {a}..{z}");
-    }
-    match b.makespan_s {
-        Some(lb) => println!(
-            "bounds     makespan >= {} h (LP, gangs), >= {} h (forked jobs), both without GPU sharing; mean JCT >= {} h (no queueing)",
-            hours(lb),
-            b.forked_makespan_s.map_or("-".into(), hours),
-            hours(b.mean_jct_s)
-        ),
-        None => println!(
-            "bounds     mean JCT >= {} h (no queueing)",
-            hours(b.mean_jct_s)
-        ),
-    }
-    println!();
-    let mut t = Table::new([
-        "policy",
-        "makespan h",
-        "/bound",
-        "avg JCT h",
-        "/bound",
-        "p95 JCT h",
-        "p99 JCT h",
-        "queue h",
-        "util",
-        "FTF max",
-        "done",
-        "solves",
-        "wall s",
-    ])
-    .left_columns(1);
-    for r in results {
-        let s = &r.summary;
-        t.row([
-            s.policy.clone(),
-            hours(s.makespan_s),
-            s.makespan_over_bound
-                .map_or("-".into(), |x| format!("{x:.3}")),
-            hours(s.avg_jct_s),
-            format!("{:.3}", s.jct_over_bound),
-            hours(s.p95_jct_s),
-            hours(s.p99_jct_s),
-            hours(s.avg_queueing_s),
-            format!("{:.3}", s.utilization),
-            format!("{:.2}", s.ftf_max),
-            format!("{}/{}", s.jobs_completed, s.jobs_measured),
-            s.decisions.to_string(),
-            format!("{:.2}", s.wall_s),
-        ]);
-    }
-    print!("{}", t.render());
 }
 
 fn print_explanations(job: u32, results: &[RunResult]) {

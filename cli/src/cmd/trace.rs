@@ -259,7 +259,11 @@ struct TraceSummary {
 fn run_check(args: CheckArgs) -> Result<(), CliError> {
     let (jobs, format) = read_trace(&args.trace)?;
     let table = Arc::new(ThroughputTable::load(&args.throughputs)?);
-    let cluster = Arc::new(Cluster::from_arg(&args.cluster, args.gpus_per_node)?);
+    let cluster = Arc::new(Cluster::from_arg(
+        &args.cluster,
+        args.gpus_per_node,
+        &crate::backends::registry().node_keys(),
+    )?);
     let source = args.trace.display().to_string();
     let workload = Workload::new(jobs, cluster.clone(), table.clone(), &source)?;
     let summary = summarize(&workload, format, source);

@@ -2,7 +2,26 @@
 
 pub mod jobs_csv;
 pub mod plots;
+pub mod summary;
 pub mod table;
+
+/// Text from a user or a file made safe for a terminal: control characters
+/// (escape sequences, newlines) are shown escaped, never sent raw. JSON
+/// output keeps the text exact.
+pub fn escape(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
 
 /// Seconds as hours with two decimals.
 pub fn hours(s: f64) -> String {

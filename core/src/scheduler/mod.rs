@@ -10,8 +10,8 @@ pub mod hadar;
 
 use std::fmt;
 
-use crate::backend::RoundReport;
 use crate::error::{Error, Result};
+use crate::executor::RoundReport;
 use crate::job::JobId;
 use crate::plan::Task;
 use crate::state::JobsState;

@@ -1,8 +1,8 @@
 //! The simulator as a backend: executes a round plan on a virtual clock,
 //! with Gavel's accounting so that numbers compare.
 
-use crate::backend::{Capabilities, RoundBackend, RoundReport, TaskReport};
 use crate::error::Result;
+use crate::executor::{Capabilities, RoundExecutor, RoundReport, TaskReport};
 use crate::plan::{shared_rate, task_rate, MixedRate, RoundPlan};
 use crate::state::JobsState;
 use crate::workload::Workload;
@@ -37,7 +37,8 @@ impl SimBackend {
     }
 }
 
-impl RoundBackend for SimBackend {
+#[async_trait::async_trait(?Send)]
+impl RoundExecutor for SimBackend {
     fn name(&self) -> &str {
         "sim"
     }
@@ -49,10 +50,12 @@ impl RoundBackend for SimBackend {
             gpu_binding: true,
             suspend: true,
             share_gpus: true,
+            multi_node: true,
+            shared_fs: true,
         }
     }
 
-    fn run_round(&mut self, plan: &RoundPlan, state: &JobsState) -> Result<RoundReport> {
+    async fn run_round(&mut self, plan: &RoundPlan, state: &JobsState) -> Result<RoundReport> {
         let w = &*self.workload;
         let cluster = w.cluster();
         let mut end = plan.start_s;
@@ -123,6 +126,10 @@ impl RoundBackend for SimBackend {
         if plan.tasks.is_empty() {
             end = plan.start_s + plan.length_s;
         }
-        Ok(RoundReport { end_s: end, tasks })
+        Ok(RoundReport {
+            end_s: end,
+            tasks,
+            ..RoundReport::default()
+        })
     }
 }

@@ -9,8 +9,11 @@ use std::time::Instant;
 pub use backend::SimBackend;
 
 use crate::bounds::{jct_lower_bound, makespan_lower_bound};
-use crate::engine::{run_rounds, LoopOutcome, LoopSettings, Progress};
+use crate::engine::{
+    run_rounds, Loop, LoopOutcome, LoopSettings, LoopState, Progress, SchedulerFactory,
+};
 use crate::error::{Error, Result};
+use crate::executor::RoundExecutor;
 use crate::metrics::{mean, quantile, JobRecord, RunResult, Summary};
 use crate::plan::MixedRate;
 use crate::scheduler::{build, PolicyKind, SchedulerSettings};
@@ -133,29 +136,74 @@ impl Experiment {
 
     /// Simulates `policy`, reporting progress after each round.
     pub fn run(&self, policy: PolicyKind, progress: &mut dyn FnMut(Progress)) -> Result<RunResult> {
-        let started = Instant::now();
-        let w = &*self.workload;
-        let mut scheduler_settings = self.settings.scheduler.clone();
-        scheduler_settings.hadar.fork_efficiency = self.settings.fork_efficiency;
-        let mut scheduler = build(policy, w, &scheduler_settings)?;
-        if let Some(job) = self.settings.explain {
-            scheduler.explain(job);
-        }
         let mut backend = SimBackend::new(self.workload.clone(), self.settings.mixed_rate)
             .with_fork_efficiency(self.settings.fork_efficiency);
+        block_on(self.run_on(policy, &mut backend, None, false, progress))
+    }
+
+    /// Runs `policy` on any executor (the simulator, or a real run's
+    /// runtime), from `resume` or the start, and measures the run as a
+    /// simulation is measured. `learn_rates`: the table holds estimates that
+    /// measured progress replaces (real runs).
+    pub async fn run_on(
+        &self,
+        policy: PolicyKind,
+        executor: &mut dyn RoundExecutor,
+        resume: Option<LoopState>,
+        learn_rates: bool,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<RunResult> {
+        let mut scheduler_settings = self.settings.scheduler.clone();
+        scheduler_settings.hadar.fork_efficiency = self.settings.fork_efficiency;
+        if !executor.capabilities().share_gpus {
+            scheduler_settings.hadar.share_min_gain = None;
+        }
+        let explain = self.settings.explain;
+        let mut make = |w: &Workload| {
+            let mut s = build(policy, w, &scheduler_settings)?;
+            if let Some(job) = explain {
+                s.explain(job);
+            }
+            Ok(s)
+        };
+        self.run_with(
+            policy.name(),
+            &mut make,
+            executor,
+            resume,
+            learn_rates,
+            progress,
+        )
+        .await
+    }
+
+    /// [`Self::run_on`] with any scheduler (`make` builds it for a
+    /// workload, again after a node is lost), reported under `name`.
+    pub async fn run_with(
+        &self,
+        name: &str,
+        make: &mut SchedulerFactory<'_>,
+        executor: &mut dyn RoundExecutor,
+        resume: Option<LoopState>,
+        learn_rates: bool,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<RunResult> {
+        let started = Instant::now();
         let loop_settings = LoopSettings {
             round_s: self.settings.round_s,
             window: self.settings.window,
+            learn_rates,
         };
-        let outcome = run_rounds(
-            w,
-            scheduler.as_mut(),
-            &mut backend,
-            &loop_settings,
-            progress,
-        )?;
-        let mut result = self.result(policy.name(), outcome, started.elapsed().as_secs_f64());
-        result.explanations = scheduler.explanations();
+        let lp = Loop {
+            workload: &self.workload,
+            scheduler: make,
+            executor,
+            settings: &loop_settings,
+        };
+        let outcome = run_rounds(lp, resume, progress).await?;
+        let explanations = outcome.explanations.clone();
+        let mut result = self.result(name, outcome, started.elapsed().as_secs_f64());
+        result.explanations = explanations;
         Ok(result)
     }
 
@@ -230,7 +278,11 @@ impl Experiment {
             decision_mean_s: mean(out.decisions.iter().map(|d| d.seconds)),
             decision_max_s: out.decisions.iter().map(|d| d.seconds).fold(0.0, f64::max),
             wall_s,
-            warnings: self.warnings(makespan_s),
+            warnings: {
+                let mut w = self.warnings(makespan_s);
+                w.extend(out.warnings.iter().cloned());
+                w
+            },
         };
         RunResult {
             summary,
@@ -340,5 +392,20 @@ impl<'a> FtfModel<'a> {
         );
         let rate: f64 = w.rates_of(j).iter().zip(&shares).map(|(r, s)| r * s).sum();
         job.total_steps as f64 / rate.max(1e-12)
+    }
+}
+
+/// Runs a future to its end on this thread. The simulator's futures never
+/// wait on anything (its rounds take no time), so polling them in a loop is
+/// all an executor has to do; a future that does wait is polled again after
+/// a yield until it is ready.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::yield_now();
     }
 }

@@ -1,0 +1,95 @@
+//! Bounds every call.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{
+    Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec, TaskStatus, KILL_WAIT,
+};
+
+/// Bounds every call by `limit` (a stop by its grace period and the kill
+/// wait on top). A call that runs out is reported as its node being
+/// unreachable: a node that does not answer in time is treated as lost and
+/// its jobs are rescheduled from their checkpoints.
+#[derive(Debug)]
+pub struct Timeout {
+    inner: Arc<dyn Backend>,
+    limit: Duration,
+}
+
+impl Timeout {
+    /// Every call bounded by `limit`.
+    pub fn new(inner: Arc<dyn Backend>, limit: Duration) -> Self {
+        Self { inner, limit }
+    }
+
+    async fn call<T>(
+        &self,
+        node: &str,
+        what: &str,
+        limit: Duration,
+        f: impl std::future::Future<Output = Result<T, BackendError>> + Send,
+    ) -> Result<T, BackendError> {
+        match tokio::time::timeout(limit, f).await {
+            Ok(r) => r,
+            Err(_) => Err(BackendError::Unreachable {
+                node: node.to_string(),
+                message: format!("{what} did not answer within {:.1} s", limit.as_secs_f64()),
+            }),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for Timeout {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn open(&self) -> Result<(), BackendError> {
+        self.call("(all)", "open", self.limit, self.inner.open())
+            .await
+    }
+    async fn close(&self) -> Result<(), BackendError> {
+        self.call("(all)", "close", self.limit, self.inner.close())
+            .await
+    }
+    async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
+        self.call(spec.node(), "launch", self.limit, self.inner.launch(spec))
+            .await
+    }
+    async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
+        self.call(task.node(), "status", self.limit, self.inner.status(task))
+            .await
+    }
+    async fn stop(
+        &self,
+        task: &TaskHandle,
+        policy: &StopPolicy,
+    ) -> Result<TaskStatus, BackendError> {
+        let limit = self.limit + policy.grace + KILL_WAIT;
+        self.call(task.node(), "stop", limit, self.inner.stop(task, policy))
+            .await
+    }
+    async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
+        self.call(task.node(), "cleanup", self.limit, self.inner.cleanup(task))
+            .await
+    }
+    async fn fetch(
+        &self,
+        task: &TaskHandle,
+        name: &str,
+        local: &Path,
+    ) -> Result<bool, BackendError> {
+        self.call(
+            task.node(),
+            "fetch",
+            self.limit,
+            self.inner.fetch(task, name, local),
+        )
+        .await
+    }
+}

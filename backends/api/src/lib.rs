@@ -1,0 +1,337 @@
+//! `hadar-backend`: the contract between Hadar's round loop and whatever
+//! runs tasks on real machines (local processes, SSH hosts, Slurm job steps,
+//! Docker containers).
+//!
+//! One small async trait, [`Backend`], used as `Arc<dyn Backend>`
+//! (object_store's pattern): launch a task (a job's gang or copy) on GPUs of
+//! one or more nodes, read its progress, stop it with a named [`Signal`] and
+//! a grace period, fetch the files it wrote, clean up. A task is known by an
+//! opaque id the backend chooses (a pid, a step id, a container id), saved in
+//! the run's state. Each backend declares what it can do ([`Capabilities`]);
+//! the round loop reads those flags, nothing else about a backend.
+//!
+//! Around the trait: [`registry`] (each backend crate declares its name and
+//! builds itself from its own configuration table) and [`layers`] (retry,
+//! timeout, fault injection: wrappers that are backends themselves, in
+//! OpenDAL's manner). Tasks follow the job protocol ([`protocol`]).
+//!
+//! docs/backends.md draws one round as a sequence of calls.
+
+pub mod layers;
+pub mod protocol;
+pub mod registry;
+mod signal;
+mod stop;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use hadar_core::executor::Capabilities;
+pub use protocol::Report;
+pub use signal::{Signal, UnknownSignal};
+pub use stop::{stop_sequence, StopPolicy, KILL_WAIT};
+
+/// The environment variables of the job protocol that a job's own `env`
+/// cannot override (docs/job-protocol.md).
+pub const RESERVED_ENV: &[&str] = &[
+    "HADAR_PROTOCOL",
+    "HADAR_JOB_ID",
+    "HADAR_JOB_NAME",
+    "HADAR_COPY",
+    "HADAR_ROUND",
+    "HADAR_ROUND_DEADLINE",
+    "HADAR_TOTAL_ITERATIONS",
+    "HADAR_GPU_TYPE",
+    "HADAR_CHECKPOINT_DIR",
+    "HADAR_SEED",
+    "HADAR_TASK_TOKEN",
+    "CUDA_VISIBLE_DEVICES",
+];
+
+/// A task's GPUs on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeGpus {
+    /// The node's name in the cluster.
+    pub node: String,
+    /// GPU indices on the node (what `CUDA_VISIBLE_DEVICES` lists there).
+    pub gpus: Vec<u32>,
+    /// Their types, as named in the cluster.
+    pub gpu_types: Vec<String>,
+}
+
+/// A file placed in the task's directory before it starts (the checkpoint
+/// it resumes from), copied by the backend from this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskFile {
+    /// File name inside the task's directory.
+    pub name: String,
+    /// The file here.
+    pub local: PathBuf,
+}
+
+/// Everything a backend needs to start one task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSpec {
+    /// The run's id (names and labels of what the backend creates).
+    pub run: String,
+    /// The job's id.
+    pub job: u32,
+    /// The job's name (for humans: logs, step and container names).
+    pub job_name: String,
+    /// Copy index (0: the job's only gang).
+    pub copy: u32,
+    /// Round number.
+    pub round: u64,
+    /// Where it runs: one entry per node, the first one leads. Several only
+    /// on a backend whose capabilities say `multi_node`.
+    pub placement: Vec<NodeGpus>,
+    /// The command, as an argument vector (never a shell string).
+    pub argv: Vec<String>,
+    /// Extra environment for the task (never one of [`RESERVED_ENV`]).
+    pub env: Vec<(String, String)>,
+    /// The task's directory on its nodes: log, checkpoints. Absolute.
+    pub workdir: PathBuf,
+    /// Files to place in the directory before the start.
+    pub inputs: Vec<TaskFile>,
+    /// The job's total iterations.
+    pub total_iterations: u64,
+    /// Unix time at which the round ends (s).
+    pub deadline_unix_s: f64,
+    /// Seed (differs between copies).
+    pub seed: u64,
+    /// A token unique to this task, in its environment as
+    /// `HADAR_TASK_TOKEN`: a backend checks it before it signals a task it
+    /// found again, so that it never signals a process that is not ours.
+    pub token: String,
+    /// The job's options for this backend (the jobs file's `[job.NAME]`
+    /// table), passed through untouched.
+    pub options: toml::Table,
+}
+
+impl TaskSpec {
+    /// The node that leads the task.
+    pub fn node(&self) -> &str {
+        self.placement.first().map_or("", |p| p.node.as_str())
+    }
+
+    /// The job protocol's environment variables, then the extra ones (a
+    /// reserved name among those is dropped: the protocol's value wins).
+    /// `CUDA_VISIBLE_DEVICES` and `HADAR_GPU_TYPE` describe the leading
+    /// node's GPUs.
+    pub fn environment(&self) -> Vec<(String, String)> {
+        let (gpus, types) = self.placement.first().map_or((vec![], vec![]), |p| {
+            (
+                p.gpus.iter().map(u32::to_string).collect::<Vec<_>>(),
+                p.gpu_types.clone(),
+            )
+        });
+        let mut env = vec![
+            ("HADAR_PROTOCOL".to_string(), "1".to_string()),
+            ("HADAR_JOB_ID".to_string(), self.job.to_string()),
+            ("HADAR_JOB_NAME".to_string(), self.job_name.clone()),
+            ("HADAR_COPY".to_string(), self.copy.to_string()),
+            ("HADAR_ROUND".to_string(), self.round.to_string()),
+            (
+                "HADAR_ROUND_DEADLINE".to_string(),
+                format!("{:.3}", self.deadline_unix_s),
+            ),
+            (
+                "HADAR_TOTAL_ITERATIONS".to_string(),
+                self.total_iterations.to_string(),
+            ),
+            ("HADAR_GPU_TYPE".to_string(), types.join(",")),
+            ("CUDA_VISIBLE_DEVICES".to_string(), gpus.join(",")),
+            (
+                "HADAR_CHECKPOINT_DIR".to_string(),
+                self.workdir.display().to_string(),
+            ),
+            ("HADAR_SEED".to_string(), self.seed.to_string()),
+            ("HADAR_TASK_TOKEN".to_string(), self.token.clone()),
+        ];
+        env.extend(
+            self.env
+                .iter()
+                .filter(|(k, _)| !RESERVED_ENV.contains(&k.as_str()))
+                .cloned(),
+        );
+        env
+    }
+
+    /// A handle for this spec with the backend's id.
+    pub fn handle(&self, id: impl Into<String>) -> TaskHandle {
+        TaskHandle {
+            id: id.into(),
+            nodes: self.placement.iter().map(|p| p.node.clone()).collect(),
+            workdir: self.workdir.clone(),
+            token: self.token.clone(),
+        }
+    }
+}
+
+/// A launched task: enough to find it again, also after the runtime restarts
+/// (it is saved with the run's state).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskHandle {
+    /// The backend's id for it: a pid, a Slurm step (`1234.7`), a container id.
+    pub id: String,
+    /// Its nodes, the leading one first.
+    pub nodes: Vec<String>,
+    /// Its directory on the nodes.
+    pub workdir: PathBuf,
+    /// Its token ([`TaskSpec::token`]).
+    pub token: String,
+}
+
+impl TaskHandle {
+    /// The node that leads the task.
+    pub fn node(&self) -> &str {
+        self.nodes.first().map_or("", String::as_str)
+    }
+
+    /// Whether it runs (partly) on `node`.
+    pub fn on(&self, node: &str) -> bool {
+        self.nodes.iter().any(|n| n == node)
+    }
+}
+
+/// Where a task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskState {
+    /// Still running.
+    Running,
+    /// It exited; the code when the backend saw it (`None` for a kill by
+    /// signal, or a task found again after a restart).
+    Exited {
+        /// Exit status, if known.
+        code: Option<i32>,
+    },
+}
+
+/// A task's state and its last report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskStatus {
+    /// Running or exited.
+    pub state: TaskState,
+    /// The last protocol report it printed.
+    pub report: Option<Report>,
+}
+
+impl TaskStatus {
+    /// Whether it exited after reporting the job done.
+    pub fn finished(&self) -> bool {
+        matches!(self.state, TaskState::Exited { .. })
+            && self.report.as_ref().is_some_and(|r| r.done)
+    }
+}
+
+/// Errors of a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A task could not be started.
+    #[error("node {node}: cannot start the task: {message}")]
+    Launch {
+        /// The node.
+        node: String,
+        /// Why.
+        message: String,
+    },
+    /// The node cannot be reached (its tasks must be rescheduled).
+    #[error("node {node} is unreachable: {message}")]
+    Unreachable {
+        /// The node.
+        node: String,
+        /// Why.
+        message: String,
+    },
+    /// A call failed in a way that had no effect and may succeed if made
+    /// again (the [`layers::Retry`] layer retries these, and only these).
+    #[error("node {node}: {message} (transient)")]
+    Transient {
+        /// The node.
+        node: String,
+        /// Why.
+        message: String,
+    },
+    /// A file of the task could not be read or written.
+    #[error("node {node}: {path}: {source}")]
+    Io {
+        /// The node.
+        node: String,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The request does not fit this backend (an unknown node, ...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl BackendError {
+    /// The node this error says is gone, if it says so.
+    pub fn lost_node(&self) -> Option<&str> {
+        match self {
+            Self::Unreachable { node, .. } => Some(node),
+            _ => None,
+        }
+    }
+
+    /// Whether the call had no effect and may be made again.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Transient { .. })
+    }
+
+    /// A file error on `node`.
+    pub fn io(node: &str, path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            node: node.to_string(),
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// A backend that runs tasks on real machines.
+///
+/// Calls may come concurrently (the round loop stops and launches a round's
+/// tasks in parallel): implementations are `Sync` and guard their own state.
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// A short name, e.g. `local` or `ssh`.
+    fn name(&self) -> &str;
+    /// What it can do.
+    fn capabilities(&self) -> Capabilities;
+    /// Called once before the run's first call (an allocation, daemon
+    /// connections). Default: nothing to open.
+    async fn open(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// Called once when the run ends or stops (release what `open` took).
+    /// Tasks are stopped by the loop first. Default: nothing to close.
+    async fn close(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// Starts a task, its input files in place first; returns once it runs.
+    async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError>;
+    /// Its state and last report.
+    async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError>;
+    /// Sends the stop signal, waits the grace period for it to exit, then kills it.
+    async fn stop(
+        &self,
+        task: &TaskHandle,
+        policy: &StopPolicy,
+    ) -> Result<TaskStatus, BackendError>;
+    /// Removes what the task left on its nodes (not the copies of its files
+    /// the runtime fetched).
+    async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError>;
+    /// Copies the file `name` of the task's directory to `local` here;
+    /// `false` if the task has no such file.
+    async fn fetch(
+        &self,
+        task: &TaskHandle,
+        name: &str,
+        local: &Path,
+    ) -> Result<bool, BackendError>;
+}

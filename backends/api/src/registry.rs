@@ -1,0 +1,149 @@
+//! The registry: each backend crate declares a [`Factory`] (its name, a line
+//! for `--help`, and a function that builds it from its own configuration),
+//! and the CLI puts the factories it links into one [`Registry`]. The loop
+//! and the CLI never name a backend type.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use hadar_core::cluster::Cluster;
+use hadar_core::error::{Error, Location, Result};
+
+use crate::Backend;
+
+/// What a backend is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendInputs<'a> {
+    /// The cluster the run schedules on.
+    pub cluster: &'a Cluster,
+    /// The cluster file as TOML, for the per-node keys a backend owns (an
+    /// SSH `address`, a Docker `docker` URL); empty without a cluster file.
+    pub cluster_toml: &'a toml::Table,
+    /// Where that came from (for error messages).
+    pub cluster_source: &'a str,
+    /// The backend's own table (`[backend.NAME]`), if the input has one.
+    pub table: Option<&'a toml::Table>,
+    /// The directory of the cluster file (relative paths in it are taken from there).
+    pub base_dir: &'a Path,
+}
+
+impl BackendInputs<'_> {
+    /// The location of a field of the backend's table, for errors.
+    pub fn at(&self, name: &str, field: &str) -> Location {
+        Location::new(self.cluster_source).field(format!("backend.{name}.{field}"))
+    }
+}
+
+/// How a backend is made.
+#[derive(Debug, Clone, Copy)]
+pub struct Factory {
+    /// The name `--backend` takes.
+    pub name: &'static str,
+    /// One line for `--help`.
+    pub about: &'static str,
+    /// The keys of a cluster file's `[[node]]` that this backend reads
+    /// (the cluster's own, `name`, `count` and `gpus`, aside).
+    pub node_keys: &'static [&'static str],
+    /// Builds the backend, checking its configuration.
+    pub build: fn(&BackendInputs<'_>) -> Result<Arc<dyn Backend>>,
+}
+
+/// The backends a program knows.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    factories: Vec<Factory>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a backend (a later one with the same name replaces it).
+    pub fn register(&mut self, factory: Factory) -> &mut Self {
+        self.factories.retain(|f| f.name != factory.name);
+        self.factories.push(factory);
+        self
+    }
+
+    /// The registered backends, in registration order.
+    pub fn factories(&self) -> &[Factory] {
+        &self.factories
+    }
+
+    /// The names `--backend` accepts.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.factories.iter().map(|f| f.name).collect()
+    }
+
+    /// Every node key some registered backend reads.
+    pub fn node_keys(&self) -> Vec<&'static str> {
+        let mut keys: Vec<&'static str> = self
+            .factories
+            .iter()
+            .flat_map(|f| f.node_keys.iter().copied())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// The factory called `name`, or an error that lists the known ones.
+    pub fn get(&self, name: &str) -> Result<&Factory> {
+        self.factories
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                Error::setting(
+                    "backend",
+                    format!(
+                        "no backend `{name}`; this build has: {}",
+                        self.names().join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// Builds the backend `name` from `inputs`.
+    pub fn build(&self, name: &str, inputs: &BackendInputs<'_>) -> Result<Arc<dyn Backend>> {
+        (self.get(name)?.build)(inputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::tests::Memory;
+
+    fn memory(_: &BackendInputs<'_>) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::new(Memory::default()))
+    }
+
+    #[test]
+    fn backends_are_found_by_name_and_unknown_names_listed() {
+        let mut r = Registry::new();
+        r.register(Factory {
+            name: "memory",
+            about: "tasks in memory",
+            node_keys: &["slot"],
+            build: memory,
+        });
+        let cluster = Cluster::from_short_form("v100=1", 1).unwrap();
+        let table = toml::Table::new();
+        let inputs = BackendInputs {
+            cluster: &cluster,
+            cluster_toml: &table,
+            cluster_source: "c.toml",
+            table: None,
+            base_dir: Path::new("."),
+        };
+        assert_eq!(r.build("Memory", &inputs).unwrap().name(), "memory");
+        assert_eq!(r.node_keys(), ["slot"]);
+        let err = r.build("slurm", &inputs).unwrap_err().to_string();
+        assert!(
+            err.contains("no backend `slurm`; this build has: memory"),
+            "{err}"
+        );
+    }
+}

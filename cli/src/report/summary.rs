@@ -1,0 +1,110 @@
+//! The comparison table that `hadar simulate` and `hadar run` both print:
+//! one row per policy run, beside the lower bounds.
+
+use hadar_core::metrics::RunResult;
+use hadar_core::workload::Workload;
+
+use super::table::Table;
+
+/// Times in the table: hours for runs that last hours, seconds for short ones.
+#[derive(Debug, Clone, Copy)]
+struct Unit {
+    name: &'static str,
+    seconds: f64,
+}
+
+impl Unit {
+    fn for_results(results: &[RunResult]) -> Self {
+        let longest = results
+            .iter()
+            .map(|r| r.summary.makespan_s)
+            .fold(0.0, f64::max);
+        if longest > 0.0 && longest < 3600.0 {
+            Self {
+                name: "s",
+                seconds: 1.0,
+            }
+        } else {
+            Self {
+                name: "h",
+                seconds: 3600.0,
+            }
+        }
+    }
+
+    fn fmt(self, s: f64) -> String {
+        if self.seconds == 1.0 {
+            format!("{s:.1}")
+        } else {
+            format!("{:.2}", s / self.seconds)
+        }
+    }
+}
+
+/// Prints the header (inputs, bounds) and the table; `what` names the
+/// jobs' source (`trace`, `jobs`).
+pub fn print(
+    what: &str,
+    workload: &Workload,
+    source: &str,
+    window: Option<(u32, u32)>,
+    results: &[RunResult],
+) {
+    let u = Unit::for_results(results);
+    println!("{what:<10} {source}: {} jobs", workload.jobs().len());
+    println!("{:<10} {}", "cluster", workload.cluster());
+    println!("{:<10} {}", "table", workload.table().source());
+    if let Some((a, z)) = window {
+        println!("{:<10} jobs {a}..{z}", "window");
+    }
+    if let Some(s) = results.first().map(|r| &r.summary) {
+        let jct = u.fmt(s.jct_lower_bound_s);
+        match s.lower_bound_s {
+            Some(lb) => println!(
+                "bounds     makespan >= {} {n} (LP, gangs), >= {} {n} (forked jobs), both without GPU sharing; mean JCT >= {jct} {n} (no queueing)",
+                u.fmt(lb),
+                s.forked_lower_bound_s.map_or("-".into(), |b| u.fmt(b)),
+                n = u.name,
+            ),
+            None => println!("bounds     mean JCT >= {jct} {} (no queueing)", u.name),
+        }
+    }
+    println!();
+    let n = u.name;
+    let mut t = Table::new([
+        "policy".to_string(),
+        format!("makespan {n}"),
+        "/bound".into(),
+        format!("avg JCT {n}"),
+        "/bound".into(),
+        format!("p95 JCT {n}"),
+        format!("p99 JCT {n}"),
+        format!("queue {n}"),
+        "util".into(),
+        "FTF max".into(),
+        "done".into(),
+        "solves".into(),
+        "wall s".into(),
+    ])
+    .left_columns(1);
+    for r in results {
+        let s = &r.summary;
+        t.row([
+            s.policy.clone(),
+            u.fmt(s.makespan_s),
+            s.makespan_over_bound
+                .map_or("-".into(), |x| format!("{x:.3}")),
+            u.fmt(s.avg_jct_s),
+            format!("{:.3}", s.jct_over_bound),
+            u.fmt(s.p95_jct_s),
+            u.fmt(s.p99_jct_s),
+            u.fmt(s.avg_queueing_s),
+            format!("{:.3}", s.utilization),
+            format!("{:.2}", s.ftf_max),
+            format!("{}/{}", s.jobs_completed, s.jobs_measured),
+            s.decisions.to_string(),
+            format!("{:.2}", s.wall_s),
+        ]);
+    }
+    print!("{}", t.render());
+}

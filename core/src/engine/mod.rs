@@ -1,0 +1,641 @@
+//! The round loop, one for every executor: admission -> scheduler -> plan
+//! -> check -> executor -> progress -> state -> metrics.
+//!
+//! The simulator and real runs differ only in the [`RoundExecutor`] they
+//! hand the loop (and in [`LoopSettings::learn_rates`]). The loop's whole
+//! state is one serializable [`LoopState`], given to the executor to save
+//! after every round, so a real run killed at any moment resumes where its
+//! last saved round left it.
+
+mod check;
+mod view;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+pub use view::{MeasuredRate, SchedulerFactory};
+
+use crate::cluster::GpuId;
+use crate::error::{Error, Result};
+use crate::executor::{RoundExecutor, RoundReport};
+use crate::job::JobId;
+use crate::metrics::{DecisionRecord, GpuSpan, RoundRecord};
+use crate::plan::RoundPlan;
+use crate::scheduler::RoundContext;
+use crate::state::{JobsState, Phase};
+use crate::workload::Workload;
+use view::View;
+
+/// Rounds in a row with nothing to run and nothing arriving before the loop
+/// gives up (a job that fits nowhere, for instance).
+const MAX_IDLE_ROUNDS: u32 = 10_000;
+
+/// How the loop runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopSettings {
+    /// Nominal round length (s).
+    pub round_s: f64,
+    /// Stop once every job with an id in this range has finished (Gavel's
+    /// continuous experiments); `None`: run until every job has finished.
+    pub window: Option<(u32, u32)>,
+    /// Replace the table's rates with the ones measured from the tasks'
+    /// progress as rounds go by (real runs, whose tables are estimates).
+    pub learn_rates: bool,
+}
+
+/// A progress tick, sent after each round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Time (s): simulated, or since a real run's start.
+    pub now_s: f64,
+    /// Measured jobs finished.
+    pub done: usize,
+    /// Measured jobs.
+    pub total: usize,
+}
+
+/// Everything the loop knows between two rounds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoopState {
+    /// Every job's progress.
+    pub jobs: JobsState,
+    /// Jobs admitted so far (ids below it have arrived).
+    pub admitted: usize,
+    /// The time (s).
+    pub now_s: f64,
+    /// The next round's number.
+    pub round: u64,
+    /// Measured jobs finished.
+    pub done: usize,
+    /// Rounds in a row that ran nothing.
+    pub idle_rounds: u32,
+    /// Every round so far.
+    pub rounds: Vec<RoundRecord>,
+    /// Closed GPU spans.
+    pub spans: Vec<GpuSpan>,
+    /// Open spans per GPU: one, or two while jobs share it.
+    pub open_spans: Vec<Vec<GpuSpan>>,
+    /// Busy seconds per GPU.
+    pub gpu_busy_s: Vec<f64>,
+    /// Timed scheduler solves.
+    pub decisions: Vec<DecisionRecord>,
+    /// Nodes lost (no more tasks go there).
+    pub gone: Vec<String>,
+    /// Rates learned from measured progress.
+    pub measured: Vec<MeasuredRate>,
+    /// What went wrong along the way, for the report.
+    pub warnings: Vec<String>,
+}
+
+impl LoopState {
+    /// The state before the first round.
+    pub fn new(workload: &Workload) -> Self {
+        let gpus = workload.cluster().num_gpus();
+        Self {
+            jobs: JobsState::new(workload),
+            admitted: 0,
+            now_s: workload.jobs().first().map_or(0.0, |j| j.arrival_s),
+            round: 0,
+            done: 0,
+            idle_rounds: 0,
+            rounds: Vec::new(),
+            spans: Vec::new(),
+            open_spans: vec![Vec::new(); gpus],
+            gpu_busy_s: vec![0.0; gpus],
+            decisions: Vec::new(),
+            gone: Vec::new(),
+            measured: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Whether it belongs to `workload` (same jobs and GPUs).
+    pub fn fits(&self, workload: &Workload) -> bool {
+        self.jobs.jobs.len() == workload.jobs().len()
+            && self.gpu_busy_s.len() == workload.cluster().num_gpus()
+            && self.open_spans.len() == self.gpu_busy_s.len()
+            && self.admitted <= self.jobs.jobs.len()
+            && self
+                .jobs
+                .active
+                .iter()
+                .all(|j| j.index() < self.jobs.jobs.len())
+    }
+}
+
+/// What the loop observed.
+#[derive(Debug, Clone)]
+pub struct LoopOutcome {
+    /// Final state of every job.
+    pub state: JobsState,
+    /// Rounds.
+    pub rounds: Vec<RoundRecord>,
+    /// GPU timeline (consecutive rounds of one job on one GPU merged).
+    pub spans: Vec<GpuSpan>,
+    /// Busy seconds per GPU.
+    pub gpu_busy_s: Vec<f64>,
+    /// Timed scheduler solves.
+    pub decisions: Vec<DecisionRecord>,
+    /// Clock at the end (s).
+    pub end_s: f64,
+    /// The scheduler's explanations (`--explain`).
+    pub explanations: Vec<String>,
+    /// What went wrong along the way.
+    pub warnings: Vec<String>,
+}
+
+/// What one run of the loop needs.
+pub struct Loop<'a> {
+    /// The run's workload (its cluster is the whole cluster).
+    pub workload: &'a Arc<Workload>,
+    /// Makes the scheduler (again after a node is lost or rates change).
+    pub scheduler: &'a mut SchedulerFactory<'a>,
+    /// Executes the rounds.
+    pub executor: &'a mut dyn RoundExecutor,
+    /// How.
+    pub settings: &'a LoopSettings,
+}
+
+impl std::fmt::Debug for Loop<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loop")
+            .field("executor", &self.executor.name())
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs rounds until the work is done, from `resume` (a saved state) or the start.
+pub async fn run_rounds(
+    lp: Loop<'_>,
+    resume: Option<LoopState>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<LoopOutcome> {
+    let settings = lp.settings;
+    if !(settings.round_s > 0.0 && settings.round_s.is_finite()) {
+        return Err(Error::setting(
+            "round_seconds",
+            "must be a number of seconds > 0",
+        ));
+    }
+    let workload = lp.workload;
+    let jobs = workload.jobs();
+    let n = jobs.len();
+    let measured = |j: usize| match settings.window {
+        Some((a, b)) => (a as usize..b as usize).contains(&j),
+        None => true,
+    };
+    let total = (0..n).filter(|&j| measured(j)).count();
+    let caps = lp.executor.capabilities();
+    let mut st = match resume {
+        Some(s) if s.fits(workload) => s,
+        Some(_) => {
+            return Err(Error::setting(
+                "state",
+                "the saved state does not belong to these jobs and this cluster",
+            ))
+        }
+        None => LoopState::new(workload),
+    };
+    st.now_s = lp.executor.idle_until(st.now_s).await?;
+    let mut view = View::build(workload, &st.gone, &st.measured, lp.scheduler)?;
+    let mut arrived: Vec<JobId> = Vec::new();
+    let mut completed: Vec<JobId> = Vec::new();
+    let mut last: Option<RoundReport> = None;
+    // Tasks of the last round (job, copy, GPUs): a task kept into the next
+    // round ran it whole, so its progress measures its rate.
+    let mut previous: HashSet<(JobId, u32, Vec<GpuId>)> = HashSet::new();
+    loop {
+        admit(&mut st, jobs, &mut arrived);
+        if st.done == total {
+            break;
+        }
+        if st.jobs.active.is_empty() {
+            if st.admitted == n {
+                break;
+            }
+            st.now_s = lp.executor.idle_until(jobs[st.admitted].arrival_s).await?;
+            last = None;
+            continue;
+        }
+        let now = st.now_s;
+        let ctx = RoundContext {
+            workload: &view.workload,
+            state: &st.jobs,
+            now_s: now,
+            round: st.round,
+            round_s: settings.round_s,
+            arrived: &arrived,
+            completed: &completed,
+            last_round: last.as_ref(),
+        };
+        let started = Instant::now();
+        let decision = view.scheduler.plan(&ctx)?;
+        if decision.solved {
+            st.decisions.push(DecisionRecord {
+                sim_time_s: now,
+                active_jobs: st.jobs.active.len() as u32,
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        arrived.clear();
+        completed.clear();
+        let mut plan = RoundPlan {
+            index: st.round,
+            start_s: now,
+            length_s: settings.round_s,
+            tasks: decision.tasks,
+        };
+        view.to_full(&mut plan.tasks);
+        if !caps.multi_node {
+            check::drop_spanning(workload.cluster(), &mut plan);
+        }
+        let partners = check::check_plan(workload, &plan, caps.share_gpus, view.scheduler.name())?;
+        let report = lp.executor.run_round(&plan, &st.jobs).await?;
+        st.round += 1;
+        let newly = apply(&mut st, workload, &plan, &report, &partners, &measured);
+        completed.extend(newly);
+        let mut remodel = !report.lost_nodes.is_empty();
+        for node in &report.lost_nodes {
+            if !st.gone.contains(node) {
+                st.gone.push(node.clone());
+            }
+        }
+        if settings.learn_rates {
+            remodel |= learn_rates(&mut st, workload, &plan, &report, &previous, settings);
+        }
+        previous = plan
+            .tasks
+            .iter()
+            .map(|t| (t.job, t.copy, t.gpus.clone()))
+            .collect();
+        st.warnings.extend(report.warnings.iter().cloned());
+        if plan.tasks.is_empty() {
+            st.idle_rounds += 1;
+            if st.idle_rounds > MAX_IDLE_ROUNDS {
+                return Err(check::stalled(workload, &st.jobs.active, MAX_IDLE_ROUNDS));
+            }
+            // Nothing ran: jump to the next arrival, or wait a round.
+            let next = jobs.get(st.admitted).map(|j| j.arrival_s);
+            let target = match next {
+                Some(a) if a > now => a,
+                _ => now + settings.round_s,
+            };
+            st.now_s = lp.executor.idle_until(target).await?;
+            last = None;
+        } else {
+            st.idle_rounds = 0;
+            st.now_s = report.end_s;
+            last = Some(report);
+        }
+        if remodel {
+            view = View::build(workload, &st.gone, &st.measured, lp.scheduler)?;
+            last = None;
+        }
+        lp.executor.save(&st)?;
+        progress(Progress {
+            now_s: st.now_s,
+            done: st.done,
+            total,
+        });
+    }
+    Ok(finish(st, view.scheduler.explanations()))
+}
+
+/// Admits the jobs that have arrived by now.
+fn admit(st: &mut LoopState, jobs: &[crate::job::Job], arrived: &mut Vec<JobId>) {
+    while st.admitted < jobs.len() && jobs[st.admitted].arrival_s <= st.now_s {
+        let id = JobId(st.admitted as u32);
+        if st.jobs.jobs[st.admitted].phase == Phase::Future {
+            st.jobs.jobs[st.admitted].phase = Phase::Active;
+            st.jobs.active.push(id);
+            arrived.push(id);
+        }
+        st.admitted += 1;
+    }
+}
+
+/// Books a round's report into the state; returns the jobs that finished.
+fn apply(
+    st: &mut LoopState,
+    workload: &Workload,
+    plan: &RoundPlan,
+    report: &RoundReport,
+    partners: &[Option<usize>],
+    measured: &dyn Fn(usize) -> bool,
+) -> Vec<JobId> {
+    let cluster = workload.cluster();
+    let jobs = workload.jobs();
+    let now = plan.start_s;
+    let mut busy = vec![0u32; cluster.gpu_types().len()];
+    for (i, (task, r)) in plan.tasks.iter().zip(&report.tasks).enumerate() {
+        let j = task.job.index();
+        let js = &mut st.jobs.jobs[j];
+        js.task_rounds += 1;
+        if task.copy > 0 {
+            js.copy_rounds += 1;
+        }
+        if r.steps > 0 {
+            js.first_start_s.get_or_insert(now);
+        }
+        js.done_steps += r.steps;
+        js.gpu_seconds += r.busy_s * f64::from(r.gpus);
+        if let Some(ty) = r.gpu_type {
+            js.seconds_on_type[ty.index()] += r.busy_s;
+        }
+        // A shared GPU counts once, busy while either task runs.
+        let (count, busy_s) = match partners[i] {
+            Some(p) if p < i => (false, (r.busy_s - report.tasks[p].busy_s).max(0.0)),
+            _ => (true, r.busy_s),
+        };
+        for &g in &task.gpus {
+            if count {
+                busy[cluster.gpu(g).gpu_type.index()] += 1;
+            }
+            st.gpu_busy_s[g.index()] += busy_s;
+            extend_span(
+                &mut st.open_spans[g.index()],
+                &mut st.spans,
+                g.0,
+                task.job.0,
+                now,
+                now + r.busy_s,
+            );
+        }
+        // (Gavel's rule: the finish is the latest end among the tasks from
+        // the one whose steps reached the total on.)
+        if js.phase == Phase::Active && js.done_steps >= jobs[j].total_steps {
+            let finish = now + r.busy_s;
+            js.finish_s = Some(js.finish_s.map_or(finish, |f: f64| f.max(finish)));
+        }
+    }
+    for &(job, held) in &report.progress {
+        let js = &mut st.jobs.jobs[job.index()];
+        if js.phase == Phase::Active {
+            js.done_steps = held;
+            if held < jobs[job.index()].total_steps {
+                js.finish_s = None;
+            }
+        }
+    }
+    // A job the executor says is done without a task that reached its
+    // total: done when its last task ended (at the round's start if none
+    // of its tasks ran in it).
+    for j in st.jobs.active.clone() {
+        let js = &mut st.jobs.jobs[j.index()];
+        if js.finish_s.is_some() || js.done_steps < jobs[j.index()].total_steps {
+            continue;
+        }
+        let finish = plan
+            .tasks
+            .iter()
+            .zip(&report.tasks)
+            .filter(|(t, _)| t.job == j)
+            .map(|(_, r)| now + r.busy_s)
+            .fold(now, f64::max);
+        js.finish_s = Some(finish);
+    }
+    let newly: Vec<JobId> = st
+        .jobs
+        .active
+        .iter()
+        .copied()
+        .filter(|j| st.jobs.jobs[j.index()].finish_s.is_some())
+        .collect();
+    for j in &newly {
+        st.jobs.jobs[j.index()].phase = Phase::Finished;
+        if measured(j.index()) {
+            st.done += 1;
+        }
+    }
+    let jobs_state = &mut st.jobs;
+    jobs_state
+        .active
+        .retain(|j| jobs_state.jobs[j.index()].phase == Phase::Active);
+    st.rounds.push(RoundRecord {
+        start_s: now,
+        end_s: report.end_s,
+        active_jobs: (st.jobs.active.len() + newly.len()) as u32,
+        busy_gpus: busy,
+    });
+    newly
+}
+
+/// Learns rates from the tasks that ran the whole round as one gang on one
+/// type (kept from the round before, so no start-up in it); whether a rate
+/// moved enough to plan with.
+fn learn_rates(
+    st: &mut LoopState,
+    workload: &Workload,
+    plan: &RoundPlan,
+    report: &RoundReport,
+    previous: &HashSet<(JobId, u32, Vec<GpuId>)>,
+    settings: &LoopSettings,
+) -> bool {
+    let cluster = workload.cluster();
+    let mut changed = false;
+    for (t, r) in plan.tasks.iter().zip(&report.tasks) {
+        let job = &workload.jobs()[t.job.index()];
+        let whole = r.busy_s >= 0.5 * settings.round_s && r.steps > 0;
+        let kept = previous.contains(&(t.job, t.copy, t.gpus.clone()));
+        let (Some(ty), true, true, 0) = (r.gpu_type, whole, kept, t.copy) else {
+            continue;
+        };
+        if t.gpus.len() != job.scale_factor as usize {
+            continue;
+        }
+        let rate = r.steps as f64 / r.busy_s;
+        let estimate = workload.rate(t.job.index(), ty);
+        changed |= view::learn(
+            &mut st.measured,
+            t.job.0,
+            cluster.gpu_type_name(ty),
+            estimate,
+            rate,
+        );
+    }
+    changed
+}
+
+/// Closes the spans and hands the state over as the outcome.
+fn finish(mut st: LoopState, explanations: Vec<String>) -> LoopOutcome {
+    st.spans.extend(st.open_spans.into_iter().flatten());
+    // (Sorted by GPU then start; while jobs share a GPU its spans overlap.)
+    st.spans
+        .sort_by(|a, b| a.gpu.cmp(&b.gpu).then(a.start_s.total_cmp(&b.start_s)));
+    LoopOutcome {
+        state: st.jobs,
+        rounds: st.rounds,
+        spans: st.spans,
+        gpu_busy_s: st.gpu_busy_s,
+        decisions: st.decisions,
+        end_s: st.now_s,
+        explanations,
+        warnings: st.warnings,
+    }
+}
+
+/// Extends `job`'s open span on `gpu` if it ran there up to `start`, else
+/// opens one; spans that ended before `start` are closed.
+fn extend_span(
+    open: &mut Vec<GpuSpan>,
+    closed: &mut Vec<GpuSpan>,
+    gpu: u32,
+    job: u32,
+    start: f64,
+    end: f64,
+) {
+    let contiguous = |s: &GpuSpan| (s.end_s - start).abs() < 1.0;
+    closed.extend(open.iter().filter(|s| !contiguous(s)).cloned());
+    open.retain(contiguous);
+    if let Some(s) = open.iter_mut().find(|s| s.job == job) {
+        s.end_s = end;
+        return;
+    }
+    open.push(GpuSpan {
+        gpu,
+        job,
+        start_s: start,
+        end_s: end,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cluster::{Cluster, GpuId};
+    use crate::executor::Capabilities;
+    use crate::job::Job;
+    use crate::plan::{MixedRate, Task};
+    use crate::scheduler::{Decision, Scheduler};
+    use crate::sim::SimBackend;
+    use crate::throughput::ThroughputTable;
+
+    /// Runs the active jobs on fixed GPUs, every round.
+    struct Fixed(Vec<(u32, u32)>);
+
+    impl Scheduler for Fixed {
+        fn name(&self) -> &str {
+            "fixed"
+        }
+        fn plan(&mut self, ctx: &RoundContext<'_>) -> Result<Decision> {
+            let tasks = self
+                .0
+                .iter()
+                .filter(|(j, _)| ctx.state.active.contains(&JobId(*j)))
+                .map(|&(j, g)| Task {
+                    job: JobId(j),
+                    copy: 0,
+                    gpus: vec![GpuId(g)],
+                })
+                .collect();
+            Ok(Decision {
+                tasks,
+                solved: false,
+            })
+        }
+    }
+
+    /// The simulator, minus space sharing.
+    struct NoSharing(SimBackend);
+
+    #[async_trait::async_trait(?Send)]
+    impl RoundExecutor for NoSharing {
+        fn name(&self) -> &str {
+            "no-sharing"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                share_gpus: false,
+                ..self.0.capabilities()
+            }
+        }
+        async fn run_round(&mut self, plan: &RoundPlan, state: &JobsState) -> Result<RoundReport> {
+            self.0.run_round(plan, state).await
+        }
+    }
+
+    /// Jobs `a` (300 steps), `b` (200) and `c` (100) on one GPU of `fast`;
+    /// `a` and `b` measured together at 3 and 2 steps/s.
+    fn workload() -> Arc<Workload> {
+        let mut t = ThroughputTable::default();
+        for (m, r) in [("a", 4.0), ("b", 2.5), ("c", 1.0)] {
+            t.set_isolated(m, 1, "fast", r);
+        }
+        t.set_colocated("a", "b", 1, "fast", [3.0, 2.0]);
+        let jobs = [("a", 300), ("b", 200), ("c", 100)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, steps))| Job::single_gpu(i, m, steps))
+            .collect();
+        let cluster = Arc::new(Cluster::from_short_form("fast=1", 1).unwrap());
+        Arc::new(Workload::new(jobs, cluster, Arc::new(t), "t").unwrap())
+    }
+
+    fn run(
+        w: &Arc<Workload>,
+        pairs: Vec<(u32, u32)>,
+        executor: &mut dyn RoundExecutor,
+    ) -> Result<LoopOutcome> {
+        let settings = LoopSettings {
+            round_s: 100.0,
+            window: Some((0, 2)),
+            learn_rates: false,
+        };
+        let mut make =
+            |_: &Workload| -> Result<Box<dyn Scheduler>> { Ok(Box::new(Fixed(pairs.clone()))) };
+        let lp = Loop {
+            workload: w,
+            scheduler: &mut make,
+            executor,
+            settings: &settings,
+        };
+        crate::sim::block_on(run_rounds(lp, None, &mut |_| {}))
+    }
+
+    #[test]
+    fn two_jobs_share_a_gpu_at_their_measured_pair_rates() {
+        let w = workload();
+        let mut sim = SimBackend::new(w.clone(), MixedRate::Min);
+        let out = run(&w, vec![(0, 0), (1, 0)], &mut sim).unwrap();
+        // a: 300 steps at 3/s, b: 200 at 2/s: both done in the first round.
+        for j in 0..2 {
+            assert_eq!(out.state.jobs[j].finish_s, Some(100.0), "job {j}");
+        }
+        // The GPU was busy 100 s, not 200.
+        assert_eq!(out.gpu_busy_s, vec![100.0]);
+        assert_eq!(out.rounds[0].busy_gpus, vec![1]);
+        assert_eq!(out.spans.len(), 2, "{:?}", out.spans);
+    }
+
+    #[test]
+    fn sharing_needs_a_measured_pair_and_a_backend_that_can() {
+        let w = workload();
+        // a and c were never measured together.
+        let mut sim = SimBackend::new(w.clone(), MixedRate::Min);
+        let err = run(&w, vec![(0, 0), (2, 0)], &mut sim)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("jobs 0 and 2 share GPUs in round 0 but not as one measured pair"),
+            "{err}"
+        );
+        // A backend that cannot share GPUs gets none shared.
+        let mut plain = NoSharing(SimBackend::new(w.clone(), MixedRate::Min));
+        let err = run(&w, vec![(0, 0), (1, 0)], &mut plain)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("GPU 0 given twice in round 0"), "{err}");
+        // Three jobs on one GPU are never a pair.
+        let mut sim = SimBackend::new(w.clone(), MixedRate::Min);
+        let err = run(&w, vec![(0, 0), (1, 0), (2, 0)], &mut sim)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("GPU 0 given twice"), "{err}");
+    }
+}

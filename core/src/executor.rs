@@ -1,0 +1,94 @@
+//! The round-execution contract: what the round loop ([`crate::engine`])
+//! hands a plan to. The simulator ([`crate::sim::SimBackend`]) executes
+//! rounds in virtual time; the runtime (`hadar-runtime`) executes them on a
+//! real backend (`hadar-backend`). The loop knows nothing else of either.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::job::JobId;
+use crate::plan::RoundPlan;
+use crate::state::JobsState;
+
+/// What an executor can do (OpenDAL-style capability flags). The loop and
+/// the planner read them; nothing else about an executor is known to them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Capabilities {
+    /// Time is virtual: rounds cost no wall-clock time.
+    pub virtual_time: bool,
+    /// Tasks checkpoint when stopped and resume from it later (else a job
+    /// moved to other GPUs starts over).
+    pub checkpoint: bool,
+    /// Tasks can be pinned to GPUs (`CUDA_VISIBLE_DEVICES` or equivalent).
+    pub gpu_binding: bool,
+    /// Tasks can be paused and resumed in place (without a checkpoint).
+    pub suspend: bool,
+    /// Two jobs' tasks may share the same GPUs in a round (space sharing, at
+    /// the table's measured co-location rates).
+    pub share_gpus: bool,
+    /// One task may span several nodes (a gang over two machines). Without
+    /// it the loop never hands over a task whose GPUs are on two nodes.
+    pub multi_node: bool,
+    /// Task directories are on a filesystem this machine shares (files need
+    /// no copying; checkpoints are still fetched through the backend).
+    pub shared_fs: bool,
+}
+
+/// What one task did in a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskReport {
+    /// The job.
+    pub job: JobId,
+    /// Copy index.
+    pub copy: u32,
+    /// GPUs it used.
+    pub gpus: u32,
+    /// Steps completed in the round (that count towards the job's total).
+    pub steps: u64,
+    /// Seconds it ran (from the round start).
+    pub busy_s: f64,
+    /// Which GPU type it ran on when it used one type only.
+    pub gpu_type: Option<crate::cluster::GpuTypeId>,
+}
+
+/// What a round did.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RoundReport {
+    /// When the round ended.
+    pub end_s: f64,
+    /// One report per planned task, in the plan's order.
+    pub tasks: Vec<TaskReport>,
+    /// Jobs' progress as the executor stands behind it (a real run: what
+    /// the job's collected checkpoint and its running tasks hold, so work
+    /// lost with a task falls back out); it replaces the sum of the tasks'
+    /// steps for these jobs. Empty for the simulator.
+    pub progress: Vec<(JobId, u64)>,
+    /// Nodes that became unreachable: the loop stops planning on them.
+    pub lost_nodes: Vec<String>,
+    /// What went wrong that the user should know (a task killed for hanging,
+    /// files lost), said once.
+    pub warnings: Vec<String>,
+}
+
+/// Executes round plans. The simulator and the real runtime implement it.
+#[async_trait::async_trait(?Send)]
+pub trait RoundExecutor {
+    /// A short name, e.g. `sim` or `local`.
+    fn name(&self) -> &str;
+    /// What it can do.
+    fn capabilities(&self) -> Capabilities;
+    /// Runs `plan` to its end (tasks not in it are stopped, tasks in it
+    /// keep running or start) and reports progress. A plan with no task
+    /// returns at once.
+    async fn run_round(&mut self, plan: &RoundPlan, state: &JobsState) -> Result<RoundReport>;
+    /// Nothing is to run before `t` (s): the simulator jumps there, a real
+    /// run waits. Returns the time it is then.
+    async fn idle_until(&mut self, t: f64) -> Result<f64> {
+        Ok(t)
+    }
+    /// The loop's state after a round, to be saved with the executor's own
+    /// (a real run resumes from it). Default: nothing is saved.
+    fn save(&mut self, _state: &crate::engine::LoopState) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,615 @@
+//! Rounds on a real backend: the [`RoundExecutor`] the loop hands each plan
+//! to. A round stops the tasks whose placement changed (all of a job's
+//! tasks together, so that its checkpoint stays one model), collects their
+//! checkpoints, launches the new tasks from the job's latest checkpoint
+//! (stops and launches run concurrently, a bounded number per node), then
+//! polls progress until the round's end.
+//!
+//! Progress counts what the runtime can stand behind: a job is finished only
+//! once a checkpoint at its total has been collected, and a task lost
+//! without a checkpoint takes its work back with it (a rollback to what the
+//! job's latest checkpoint holds).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hadar_backend::protocol::RESUME_FILE;
+use hadar_backend::{Backend, BackendError, NodeGpus, TaskFile, TaskSpec, TaskState, TaskStatus};
+use hadar_core::cluster::{Cluster, GpuId};
+use hadar_core::engine::LoopState;
+use hadar_core::executor::{Capabilities, RoundExecutor, RoundReport, TaskReport};
+use hadar_core::plan::{RoundPlan, Task};
+use hadar_core::state::JobsState;
+use tokio::task::JoinSet;
+
+use crate::checkpoints::{collect, latest};
+use crate::state::{save_state, RunState, Running};
+use crate::{unix_now, Event, RunConfig, RunError};
+
+/// Calls in flight at once on one node during a round switch.
+const PER_NODE: usize = 8;
+
+/// Executes rounds on a backend.
+pub(crate) struct RealRounds<'a> {
+    pub(crate) config: &'a RunConfig,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) state: RunState,
+    pub(crate) on_event: &'a mut (dyn FnMut(Event) + Send),
+}
+
+impl std::fmt::Debug for RealRounds<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealRounds")
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A task's key: (job, copy).
+type Key = (u32, u32);
+
+/// What happened to the tasks of one round, for its report.
+#[derive(Default)]
+struct Ledger {
+    /// Iterations each task did this round (before the finish cap).
+    steps: HashMap<Key, u64>,
+    /// When each task ended in this round (s since the run's start).
+    ended: HashMap<Key, f64>,
+    /// When each task started in this round, if it did.
+    started: HashMap<Key, f64>,
+    lost_nodes: Vec<String>,
+    warnings: Vec<String>,
+}
+
+impl RealRounds<'_> {
+    fn now(&self) -> f64 {
+        unix_now() - self.state.started_unix_s
+    }
+
+    fn persist(&self) -> Result<(), RunError> {
+        save_state(&self.config.state_dir, &self.state)
+    }
+
+    /// (node, local GPU index) of each of a task's GPUs.
+    fn placement(&self, t: &Task) -> Vec<(String, u32)> {
+        t.gpus
+            .iter()
+            .map(|&g| {
+                let gpu = self.cluster.gpu(g);
+                (
+                    self.cluster.nodes()[gpu.node.index()].name.clone(),
+                    gpu.local_index,
+                )
+            })
+            .collect()
+    }
+
+    fn lose(&mut self, ledger: &mut Ledger, node: &str) {
+        if !ledger.lost_nodes.iter().any(|n| n == node) {
+            ledger.lost_nodes.push(node.to_string());
+            ledger.warnings.push(format!(
+                "node {node} became unreachable: its jobs go back to their last checkpoints \
+                 and run elsewhere"
+            ));
+        }
+        let (lost, kept): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
+            .into_iter()
+            .partition(|r| r.handle.on(node));
+        self.state.running = kept;
+        for r in lost {
+            if r.iterations > 0 {
+                ledger.warnings.push(format!(
+                    "job {}: {} iterations were lost with node {node}",
+                    self.config.jobs[r.job as usize].name, r.iterations
+                ));
+            }
+        }
+    }
+
+    /// Books a status into a running task; the iterations it grew by.
+    fn absorb(&mut self, i: usize, status: &TaskStatus, ledger: &mut Ledger) {
+        let r = &mut self.state.running[i];
+        if let Some(rep) = &status.report {
+            let grown = rep.iterations.saturating_sub(r.iterations);
+            r.iterations = r.iterations.max(rep.iterations);
+            *ledger.steps.entry((r.job, r.copy)).or_default() += grown;
+            if !rep.metrics.is_empty() {
+                self.state.jobs[r.job as usize]
+                    .metrics
+                    .clone_from(&rep.metrics);
+            }
+        }
+    }
+
+    /// Stops `tasks` concurrently; returns each one's final status (or its
+    /// error), in order.
+    async fn stop_all(&self, tasks: &[Running]) -> Vec<Result<TaskStatus, BackendError>> {
+        let policy = self.config.stop;
+        let handles: Vec<_> = tasks.iter().map(|r| r.handle.clone()).collect();
+        concurrently(
+            handles,
+            |b, h| async move { b.stop(&h, &policy).await },
+            &self.backend,
+        )
+        .await
+    }
+
+    /// Stops the tasks whose job's placement changed, collects their checkpoints.
+    async fn stop_changed(
+        &mut self,
+        desired: &HashMap<Key, Vec<(String, u32)>>,
+        ledger: &mut Ledger,
+    ) -> Result<(), RunError> {
+        // A job keeps its tasks only if every one of them stays as it is
+        // and no task of it is added.
+        let mut changed: HashSet<u32> = HashSet::new();
+        for r in &self.state.running {
+            if desired.get(&(r.job, r.copy)) != Some(&r.gpus) {
+                changed.insert(r.job);
+            }
+        }
+        for (job, copy) in desired.keys() {
+            let running_job = self.state.running.iter().any(|r| r.job == *job);
+            let running_task = self
+                .state
+                .running
+                .iter()
+                .any(|r| (r.job, r.copy) == (*job, *copy));
+            if running_job && !running_task {
+                changed.insert(*job);
+            }
+        }
+        let (stop, keep): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
+            .into_iter()
+            .partition(|r| changed.contains(&r.job));
+        self.state.running = keep;
+        self.finish_tasks(stop, ledger).await
+    }
+
+    /// Stops `tasks` (already out of the running list), books their last
+    /// progress and collects their checkpoints, job by job.
+    async fn finish_tasks(
+        &mut self,
+        tasks: Vec<Running>,
+        ledger: &mut Ledger,
+    ) -> Result<(), RunError> {
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let results = self.stop_all(&tasks).await;
+        let now = self.now();
+        let mut by_job: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
+        for (mut r, res) in tasks.into_iter().zip(results) {
+            match res {
+                Ok(status) => {
+                    if let Some(rep) = &status.report {
+                        let grown = rep.iterations.saturating_sub(r.iterations);
+                        r.iterations = r.iterations.max(rep.iterations);
+                        *ledger.steps.entry((r.job, r.copy)).or_default() += grown;
+                    }
+                    ledger.ended.entry((r.job, r.copy)).or_insert(now);
+                    by_job.entry(r.job).or_default().push(r);
+                }
+                Err(e) => match e.lost_node() {
+                    Some(node) => {
+                        let node = node.to_string();
+                        self.state.running.push(r);
+                        self.lose(ledger, &node);
+                    }
+                    None => return Err(e.into()),
+                },
+            }
+        }
+        for (job, tasks) in by_job {
+            self.bank(job, &tasks, ledger).await?;
+        }
+        Ok(())
+    }
+
+    /// Collects the checkpoints of a job's ended tasks; what a task did
+    /// without leaving a checkpoint is rolled back.
+    async fn bank(
+        &mut self,
+        job: u32,
+        tasks: &[Running],
+        ledger: &mut Ledger,
+    ) -> Result<(), RunError> {
+        let did: u64 = tasks.iter().map(|r| r.iterations).sum();
+        let banked = collect(&self.config.state_dir, job, tasks, self.backend.as_ref()).await?;
+        let p = &mut self.state.jobs[job as usize];
+        p.held += banked;
+        let total = self.config.jobs[job as usize].iterations;
+        if p.held >= total {
+            p.complete = true;
+        }
+        if banked < did {
+            ledger.warnings.push(format!(
+                "job {}: {} iterations were lost with a task that left no checkpoint",
+                self.config.jobs[job as usize].name,
+                did - banked
+            ));
+        }
+        Ok(())
+    }
+
+    fn spec(&self, t: &Task, round: u64, deadline: f64) -> TaskSpec {
+        let job = &self.config.jobs[t.job.index()];
+        let mut placement: Vec<NodeGpus> = Vec::new();
+        for &g in &t.gpus {
+            let gpu = self.cluster.gpu(g);
+            let node = &self.cluster.nodes()[gpu.node.index()].name;
+            let ty = self.cluster.gpu_type_name(gpu.gpu_type).to_string();
+            match placement.iter_mut().find(|p| &p.node == node) {
+                Some(p) => {
+                    p.gpus.push(gpu.local_index);
+                    p.gpu_types.push(ty);
+                }
+                None => placement.push(NodeGpus {
+                    node: node.clone(),
+                    gpus: vec![gpu.local_index],
+                    gpu_types: vec![ty],
+                }),
+            }
+        }
+        let name = format!("job{}-round{}-copy{}", t.job.0, round, t.copy);
+        let resume = latest(&self.config.state_dir, t.job.0);
+        TaskSpec {
+            run: self.state.run_id.clone(),
+            job: t.job.0,
+            job_name: job.name.clone(),
+            copy: t.copy,
+            round,
+            placement,
+            argv: job.command.clone(),
+            env: job
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            workdir: self.config.remote_root().join("tasks").join(&name),
+            inputs: if resume.is_file() {
+                vec![TaskFile {
+                    name: RESUME_FILE.to_string(),
+                    local: resume,
+                }]
+            } else {
+                vec![]
+            },
+            total_iterations: job.iterations,
+            deadline_unix_s: deadline,
+            seed: u64::from(t.copy) * 7919 + round,
+            token: format!("{}-{name}", self.state.run_id),
+            options: job.options.clone(),
+        }
+    }
+
+    /// Launches the plan's tasks that do not run yet, concurrently.
+    async fn launch_new(
+        &mut self,
+        plan: &RoundPlan,
+        desired: &HashMap<Key, Vec<(String, u32)>>,
+        ledger: &mut Ledger,
+    ) -> Result<(), RunError> {
+        let round_start = self.now();
+        let deadline = self.state.started_unix_s + round_start + self.config.round_s;
+        let specs: Vec<(Key, TaskSpec)> = plan
+            .tasks
+            .iter()
+            .filter(|t| {
+                !self
+                    .state
+                    .running
+                    .iter()
+                    .any(|r| (r.job, r.copy) == (t.job.0, t.copy))
+            })
+            .map(|t| ((t.job.0, t.copy), self.spec(t, plan.index, deadline)))
+            .collect();
+        let results = concurrently(
+            specs.iter().map(|(_, s)| s.clone()).collect(),
+            |b, s| async move { b.launch(&s).await },
+            &self.backend,
+        )
+        .await;
+        for ((key, spec), res) in specs.into_iter().zip(results) {
+            match res {
+                Ok(handle) => {
+                    ledger.started.insert(key, self.now());
+                    self.state.running.push(Running {
+                        job: key.0,
+                        copy: key.1,
+                        gpus: desired[&key].clone(),
+                        handle,
+                        iterations: 0,
+                        started_s: round_start,
+                    });
+                }
+                Err(e) => match e.lost_node() {
+                    Some(node) => {
+                        let node = node.to_string();
+                        self.lose(ledger, &node);
+                    }
+                    None => {
+                        return Err(RunError::Launch {
+                            job: spec.job_name.clone(),
+                            source: e,
+                        })
+                    }
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// One poll: every task's status; ended tasks banked; a finished job's
+    /// other copies stopped. Returns whether a job finished.
+    async fn poll(&mut self, ledger: &mut Ledger) -> Result<bool, RunError> {
+        let handles: Vec<_> = self
+            .state
+            .running
+            .iter()
+            .map(|r| r.handle.clone())
+            .collect();
+        let results = concurrently(
+            handles,
+            |b, h| async move { b.status(&h).await },
+            &self.backend,
+        )
+        .await;
+        let now = self.now();
+        let mut ended: Vec<usize> = Vec::new();
+        let mut lost: Vec<String> = Vec::new();
+        for (i, res) in results.into_iter().enumerate() {
+            match res {
+                Ok(status) => {
+                    self.absorb(i, &status, ledger);
+                    let job = self.state.running[i].job;
+                    let event = Event::Progress {
+                        job: job as usize,
+                        done: self.progress(job),
+                        total: self.config.jobs[job as usize].iterations,
+                    };
+                    (self.on_event)(event);
+                    let r = &self.state.running[i];
+                    if let TaskState::Exited { code } = status.state {
+                        if !status.finished() && code != Some(0) {
+                            ledger.warnings.push(format!(
+                                "job {} copy {}: its task exited with {} before the job was done; \
+                                 it resumes from its last checkpoint",
+                                self.config.jobs[r.job as usize].name,
+                                r.copy,
+                                code.map_or("a signal".to_string(), |c| format!("status {c}"))
+                            ));
+                        }
+                        ended.push(i);
+                    }
+                }
+                Err(e) => match e.lost_node() {
+                    Some(node) => lost.push(node.to_string()),
+                    None => return Err(e.into()),
+                },
+            }
+        }
+        for node in &lost {
+            self.lose(ledger, node);
+        }
+        // Ended tasks leave; their checkpoints are banked.
+        let ended_keys: HashSet<Key> = ended
+            .iter()
+            .filter_map(|&i| self.state.running.get(i).map(|r| (r.job, r.copy)))
+            .collect();
+        let (gone, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
+            .into_iter()
+            .partition(|r| ended_keys.contains(&(r.job, r.copy)));
+        self.state.running = rest;
+        let mut by_job: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
+        for r in gone {
+            ledger.ended.insert((r.job, r.copy), now);
+            by_job.entry(r.job).or_default().push(r);
+        }
+        let mut finished_any = false;
+        for (job, tasks) in by_job {
+            self.bank(job, &tasks, ledger).await?;
+            if self.state.jobs[job as usize].complete {
+                // The job is done: its other copies stop.
+                let (others, rest): (Vec<Running>, Vec<Running>) =
+                    std::mem::take(&mut self.state.running)
+                        .into_iter()
+                        .partition(|r| r.job == job);
+                self.state.running = rest;
+                self.finish_tasks(others, ledger).await?;
+                finished_any = true;
+                (self.on_event)(Event::Finished {
+                    job: job as usize,
+                    at_s: now,
+                });
+            }
+        }
+        if !lost.is_empty() || finished_any {
+            self.persist()?;
+        }
+        Ok(finished_any)
+    }
+
+    /// The round's report: each planned task's steps and busy time, and
+    /// every active job's progress as the runtime holds it.
+    fn report(&mut self, plan: &RoundPlan, jobs: &JobsState, ledger: Ledger) -> RoundReport {
+        let now = self.now();
+        let start = plan.start_s;
+        let tasks = plan
+            .tasks
+            .iter()
+            .map(|t| {
+                let key = (t.job.0, t.copy);
+                let from = ledger
+                    .started
+                    .get(&key)
+                    .copied()
+                    .unwrap_or(start)
+                    .max(start);
+                let to = ledger.ended.get(&key).copied().unwrap_or(now).min(now);
+                TaskReport {
+                    job: t.job,
+                    copy: t.copy,
+                    gpus: t.gpus.len() as u32,
+                    steps: ledger.steps.get(&key).copied().unwrap_or(0),
+                    busy_s: (to - from).max(0.0),
+                    gpu_type: single_type(&self.cluster, &t.gpus),
+                }
+            })
+            .collect();
+        let progress = jobs
+            .active
+            .iter()
+            .map(|&j| (j, self.progress(j.0)))
+            .collect();
+        RoundReport {
+            end_s: now,
+            tasks,
+            progress,
+            lost_nodes: ledger.lost_nodes,
+            warnings: ledger.warnings,
+        }
+    }
+
+    /// A job's progress: its collected checkpoint and its running tasks'
+    /// iterations, below its total until a checkpoint at the total is in.
+    pub(crate) fn progress(&self, job: u32) -> u64 {
+        let total = self.config.jobs[job as usize].iterations;
+        let p = &self.state.jobs[job as usize];
+        if p.complete {
+            return total;
+        }
+        let running: u64 = self
+            .state
+            .running
+            .iter()
+            .filter(|r| r.job == job)
+            .map(|r| r.iterations)
+            .sum();
+        (p.held + running).min(total.saturating_sub(1))
+    }
+}
+
+/// The GPUs' type, if they have one type.
+fn single_type(cluster: &Cluster, gpus: &[GpuId]) -> Option<hadar_core::cluster::GpuTypeId> {
+    let first = gpus.first().map(|&g| cluster.gpu(g).gpu_type)?;
+    gpus.iter()
+        .all(|&g| cluster.gpu(g).gpu_type == first)
+        .then_some(first)
+}
+
+/// Runs `call` for each item concurrently (at most [`PER_NODE`] in flight
+/// per backend node is the backend's business; here at most `PER_NODE` x 4
+/// in all), results in the items' order.
+async fn concurrently<I, T, F, Fut>(
+    items: Vec<I>,
+    call: F,
+    backend: &Arc<dyn Backend>,
+) -> Vec<Result<T, BackendError>>
+where
+    I: Send + 'static,
+    T: Send + 'static,
+    F: Fn(Arc<dyn Backend>, I) -> Fut,
+    Fut: std::future::Future<Output = Result<T, BackendError>> + Send + 'static,
+{
+    let limit = Arc::new(tokio::sync::Semaphore::new(PER_NODE * 4));
+    let mut set = JoinSet::new();
+    let n = items.len();
+    for (i, item) in items.into_iter().enumerate() {
+        let fut = call(Arc::clone(backend), item);
+        let limit = Arc::clone(&limit);
+        set.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            (i, fut.await)
+        });
+    }
+    let mut out: Vec<Option<Result<T, BackendError>>> = (0..n).map(|_| None).collect();
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok((i, r)) => out[i] = Some(r),
+            Err(e) => {
+                // A panicking call: report it on every slot still empty.
+                let msg = format!("a backend call failed: {e}");
+                for slot in out.iter_mut().filter(|s| s.is_none()) {
+                    *slot = Some(Err(BackendError::Invalid(msg.clone())));
+                }
+            }
+        }
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(BackendError::Invalid("a backend call was lost".into()))))
+        .collect()
+}
+
+#[async_trait::async_trait(?Send)]
+impl RoundExecutor for RealRounds<'_> {
+    fn name(&self) -> &str {
+        self.backend.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.backend.capabilities()
+    }
+
+    async fn run_round(
+        &mut self,
+        plan: &RoundPlan,
+        jobs: &JobsState,
+    ) -> hadar_core::Result<RoundReport> {
+        self.round(plan, jobs).await.map_err(RunError::into_core)
+    }
+
+    async fn idle_until(&mut self, t: f64) -> hadar_core::Result<f64> {
+        let wait = t - self.now();
+        if wait > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(wait.min(3600.0))).await;
+        }
+        Ok(self.now().max(t.min(self.now())))
+    }
+
+    fn save(&mut self, state: &LoopState) -> hadar_core::Result<()> {
+        self.state.loop_state = Some(state.clone());
+        self.persist().map_err(RunError::into_core)
+    }
+}
+
+impl RealRounds<'_> {
+    async fn round(&mut self, plan: &RoundPlan, jobs: &JobsState) -> Result<RoundReport, RunError> {
+        let mut ledger = Ledger::default();
+        let desired: HashMap<Key, Vec<(String, u32)>> = plan
+            .tasks
+            .iter()
+            .map(|t| ((t.job.0, t.copy), self.placement(t)))
+            .collect();
+        self.stop_changed(&desired, &mut ledger).await?;
+        if ledger.lost_nodes.is_empty() {
+            self.launch_new(plan, &desired, &mut ledger).await?;
+        }
+        self.persist()?;
+        (self.on_event)(Event::Round {
+            round: plan.index,
+            tasks: self.state.running.len(),
+        });
+        let round_end = plan.start_s + self.config.round_s;
+        let waiting = |s: &Self| {
+            jobs.active
+                .iter()
+                .any(|j| !s.state.running.iter().any(|r| r.job == j.0))
+        };
+        while !plan.tasks.is_empty() && ledger.lost_nodes.is_empty() {
+            tokio::time::sleep(self.config.poll).await;
+            let finished = self.poll(&mut ledger).await?;
+            let now = self.now();
+            if now >= round_end
+                || self.state.running.is_empty()
+                || !ledger.lost_nodes.is_empty()
+                || (finished && waiting(self))
+            {
+                break;
+            }
+        }
+        Ok(self.report(plan, jobs, ledger))
+    }
+}

@@ -1,0 +1,116 @@
+//! What a real run saves: the loop's state and the runtime's own (tasks
+//! running, what each job's latest checkpoint holds, metrics), in one file
+//! written atomically after every change.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use hadar_backend::TaskHandle;
+use hadar_core::engine::LoopState;
+use serde::{Deserialize, Serialize};
+
+use crate::RunError;
+
+/// A task the runtime started, as saved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Running {
+    /// Job id.
+    pub job: u32,
+    /// Copy index.
+    pub copy: u32,
+    /// (node, GPU index on the node).
+    pub gpus: Vec<(String, u32)>,
+    /// The backend's handle.
+    pub handle: TaskHandle,
+    /// Iterations it reported so far.
+    pub iterations: u64,
+    /// When it started (s since the run's start).
+    pub started_s: f64,
+}
+
+/// One job's runtime state.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct JobProgress {
+    /// Iterations held in its latest collected checkpoint.
+    pub held: u64,
+    /// Whether a checkpoint at its total has been collected.
+    pub complete: bool,
+    /// Last metrics reported (`accuracy`, `loss`, ...).
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// The saved state of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunState {
+    /// The run's id (tokens and names of its tasks).
+    pub run_id: String,
+    /// Unix time of the start (s).
+    pub started_unix_s: f64,
+    /// The jobs file's fingerprint (names, iterations, gangs).
+    pub jobs_fingerprint: String,
+    /// The jobs' names, by id.
+    pub job_names: Vec<String>,
+    /// Per job, by id.
+    pub jobs: Vec<JobProgress>,
+    /// Tasks running.
+    pub running: Vec<Running>,
+    /// The loop's state after its last round (none before the first).
+    pub loop_state: Option<LoopState>,
+    /// Whether every job finished.
+    pub finished: bool,
+}
+
+/// The state file of a run in `dir`.
+pub fn state_path(dir: &Path) -> PathBuf {
+    dir.join("state.json")
+}
+
+pub(crate) fn io(path: &Path, source: std::io::Error) -> RunError {
+    RunError::State {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Reads a run's saved state; `None` if there is none.
+pub fn load_state(dir: &Path) -> Result<Option<RunState>, RunError> {
+    let path = state_path(dir);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
+            io(
+                &path,
+                std::io::Error::other(format!(
+                    "not a state file of this version of hadar ({e}); move it away or start \
+                     afresh in another --state directory"
+                )),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(&path, e)),
+    }
+}
+
+pub(crate) fn save_state(dir: &Path, state: &RunState) -> Result<(), RunError> {
+    let path = state_path(dir);
+    let text = serde_json::to_vec_pretty(state).map_err(|e| io(&path, std::io::Error::other(e)))?;
+    write_atomic(&path, &text)
+}
+
+/// Writes `bytes` to `path` so that a reader (or a crash) sees the old file
+/// or the new one, never half of one: a temporary file beside it, synced,
+/// then renamed over it. The one way this crate replaces a file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
+    f.write_all(bytes).map_err(|e| io(&tmp, e))?;
+    f.sync_all().map_err(|e| io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io(path, e))
+}
+
+/// Copies `from` over `to` atomically (a temporary file, then a rename).
+pub(crate) fn copy_atomic(from: &Path, to: &Path) -> Result<(), RunError> {
+    let tmp = to.with_extension("tmp");
+    std::fs::copy(from, &tmp).map_err(|e| io(from, e))?;
+    std::fs::rename(&tmp, to).map_err(|e| io(to, e))
+}
