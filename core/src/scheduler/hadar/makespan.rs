@@ -12,7 +12,10 @@
 use crate::bounds::{fluid_plan, FluidJob};
 use crate::error::Result;
 use crate::job::JobId;
-use crate::scheduler::RoundContext;
+use crate::scheduler::{Decision, RoundContext};
+
+use super::share::share;
+use super::HadarScheduler;
 
 /// The fluid plan being followed.
 #[derive(Debug, Clone, Default)]
@@ -149,5 +152,44 @@ impl MakespanPlan {
             }
         }
         out
+    }
+}
+
+impl HadarScheduler {
+    /// This round's plan for the makespan utility: the fluid plan rounded
+    /// to whole gangs, then copies (HadarE) and space sharing.
+    pub(super) fn plan_makespan(&mut self, ctx: &RoundContext<'_>) -> Result<Decision> {
+        let w = ctx.workload;
+        self.makespan.update(
+            ctx,
+            self.settings.makespan_slack,
+            self.settings.makespan_resolve_s,
+            &self.rates,
+        )?;
+        let now = self
+            .makespan
+            .round(ctx, self.settings.backfill, &self.rates);
+        let mut tasks = self.assign(w, &now);
+        if self.settings.fork {
+            // The tail decides the makespan: copies go to the longest jobs.
+            let mut order = ctx.state.active.clone();
+            order.sort_by(|a, b| {
+                let left = |j: &JobId| {
+                    let best = w.rates_of(j.index()).iter().copied().fold(0.0, f64::max);
+                    ctx.state.remaining(w, *j) as f64 / best.max(1e-12)
+                };
+                left(b).total_cmp(&left(a)).then(a.cmp(b))
+            });
+            self.fork(w, &mut tasks, &order);
+        }
+        if let Some(min_gain) = self.settings.share_min_gain {
+            // Jobs the fluid plan leaves out this round, longest first.
+            let order = self.order_jobs(ctx);
+            share(w, &mut tasks, &order, min_gain);
+        }
+        Ok(Decision {
+            tasks,
+            solved: true,
+        })
     }
 }

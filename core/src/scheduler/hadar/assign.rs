@@ -1,0 +1,83 @@
+//! Assignment of planned allocations (GPUs per type) to concrete GPUs.
+
+use std::collections::HashMap;
+
+use crate::cluster::GpuId;
+use crate::job::JobId;
+use crate::plan::Task;
+use crate::workload::Workload;
+
+use super::HadarScheduler;
+
+impl HadarScheduler {
+    /// Concrete GPUs for the jobs that run now: a job whose allocation by type
+    /// is unchanged keeps its GPUs (no restart); others take free GPUs of
+    /// those types, on as few nodes as possible.
+    pub(super) fn assign(&mut self, w: &Workload, now: &[(JobId, Vec<(usize, u32)>)]) -> Vec<Task> {
+        let cluster = w.cluster();
+        self.picker.reset();
+        let mut tasks = Vec::with_capacity(now.len());
+        let mut rest = Vec::new();
+        for (j, alloc) in now {
+            let prev = &self.held[j.index()];
+            if !prev.is_empty()
+                && same_types(cluster, prev, alloc)
+                && prev.iter().all(|&g| self.picker.is_free(g))
+            {
+                self.picker.take(cluster, prev);
+                tasks.push(Task {
+                    job: *j,
+                    copy: 0,
+                    gpus: prev.clone(),
+                });
+            } else {
+                rest.push((*j, alloc));
+            }
+        }
+        // Larger gangs first: they need the consolidated holes.
+        rest.sort_by_key(|(j, _)| std::cmp::Reverse(w.jobs()[j.index()].scale_factor));
+        let k = self.type_names.len();
+        for (j, alloc) in rest {
+            let mut gpus = Vec::new();
+            for &(ty, n) in alloc.iter() {
+                if self.as_copies[j.index() * k + ty] {
+                    gpus.extend(self.picker.pick_spread(cluster, ty, n as usize));
+                } else {
+                    gpus.extend(self.picker.pick(cluster, ty, n as usize));
+                }
+            }
+            self.held[j.index()].clone_from(&gpus);
+            tasks.push(Task {
+                job: j,
+                copy: 0,
+                gpus,
+            });
+        }
+        // HadarE: a gang planned as copies runs as single-GPU copies.
+        let mut out = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let ty = cluster.gpu(t.gpus[0]).gpu_type.index();
+            let gang = w.jobs()[t.job.index()].scale_factor as usize;
+            if self.as_copies[t.job.index() * k + ty] && (t.gpus.len() > 1 || gang > 1) {
+                for (c, &g) in t.gpus.iter().enumerate() {
+                    out.push(Task {
+                        job: t.job,
+                        copy: c as u32 + 1,
+                        gpus: vec![g],
+                    });
+                }
+            } else {
+                out.push(t);
+            }
+        }
+        out
+    }
+}
+
+fn same_types(cluster: &crate::cluster::Cluster, gpus: &[GpuId], alloc: &[(usize, u32)]) -> bool {
+    let mut counts: HashMap<usize, u32> = HashMap::new();
+    for &g in gpus {
+        *counts.entry(cluster.gpu(g).gpu_type.index()).or_default() += 1;
+    }
+    alloc.len() == counts.len() && alloc.iter().all(|(t, n)| counts.get(t) == Some(n))
+}

@@ -1,0 +1,74 @@
+//! Hadar's settings.
+
+use super::{JobOrder, Utility};
+
+/// Hadar's settings (see `docs/algorithm.md` for how each default was chosen).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HadarSettings {
+    /// The utility optimized.
+    pub utility: Utility,
+    /// Job order; `None`: shortest-first for JCT, longest-first for makespan.
+    pub order: Option<JobOrder>,
+    /// Rounds planned ahead.
+    pub horizon_rounds: usize,
+    /// Price of an idle GPU-second of the fastest type, in seconds of loss
+    /// (other types in proportion to their mean speed).
+    pub price_base: f64,
+    /// How much a fully committed type costs over an idle one (`U / L`).
+    pub price_ratio: f64,
+    /// Aging for the shortest-first order (starvation guard): each second a
+    /// job has waited takes this many seconds off the remaining time it is
+    /// ordered by. A job that has waited `remaining / aging` comes before
+    /// every new arrival, so no job waits longer than that while others
+    /// arrive. 0 turns aging off (then, with more work arriving than the
+    /// cluster can serve, the longest jobs can wait as long as arrivals go on).
+    pub aging: f64,
+    /// Admission: a job runs only if its loss plus cost is at most this many
+    /// times the loss of finishing alone on its fastest type from now.
+    pub admission: f64,
+    /// Whether a gang may span GPU types (task-level heterogeneity).
+    pub mixed_types: bool,
+    /// Makespan utility: solve the fluid LP again on arrivals and completions
+    /// at most this often (simulated seconds).
+    pub makespan_resolve_s: f64,
+    /// HadarE: run jobs as copies (replicas on distinct nodes, averaged at
+    /// round boundaries) where copies progress faster per GPU than the gang,
+    /// and fill GPUs left idle with copies.
+    pub fork: bool,
+    /// HadarE: the fraction of copies' steps assumed to count (the
+    /// simulator's `fork_efficiency`), for deciding when copies pay.
+    pub fork_efficiency: f64,
+    /// Makespan utility: the target is the fluid bound on the remaining work
+    /// times `1 + makespan_slack` (the bound itself is rarely reachable).
+    pub makespan_slack: f64,
+    /// Work-conserving backfill: after planning, GPUs still free this round
+    /// go to waiting jobs, in order (their plans are redone next round anyway).
+    pub backfill: bool,
+    /// Space sharing: a job left waiting this round may share a running
+    /// gang's GPUs (same gang size, a pair the table has measured) when the
+    /// pair gains: its progress (as a fraction of its best rate alone) less
+    /// the host's loss (as a fraction of its rate alone there) must exceed
+    /// this. `None`: no sharing.
+    pub share_min_gain: Option<f64>,
+}
+
+impl Default for HadarSettings {
+    fn default() -> Self {
+        Self {
+            utility: Utility::Jct,
+            order: None,
+            horizon_rounds: 64,
+            price_base: 4.0,
+            price_ratio: 2.0,
+            aging: 0.15,
+            admission: f64::INFINITY,
+            mixed_types: true,
+            makespan_slack: 0.0,
+            makespan_resolve_s: 1920.0,
+            fork: false,
+            fork_efficiency: 1.0,
+            backfill: true,
+            share_min_gain: Some(0.05),
+        }
+    }
+}
