@@ -281,6 +281,12 @@ impl ThroughputTable {
         &self.source
     }
 
+    /// The same table, said to come from `source`.
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = source.into();
+        self
+    }
+
     /// GPU types of the table, `*_unconsolidated` ones included.
     pub fn gpu_types(&self) -> impl Iterator<Item = &str> {
         self.by_type.keys().map(String::as_str)

@@ -1,13 +1,11 @@
-//! Collecting stopped tasks' checkpoints: each is fetched through the
-//! backend (keyed by the task), then one task's becomes the job's latest, or
-//! several copies' are merged, weighted by the iterations each did.
+//! A job's latest checkpoint: the ended tasks' checkpoints (fetched through
+//! the backend, keyed by the task: [`crate::parallel::fetch_checkpoints`])
+//! become the job's latest: one task's is copied, several copies' are
+//! merged, weighted by the iterations each did.
 
 use std::path::{Path, PathBuf};
 
-use hadar_backend::protocol::CHECKPOINT_FILE;
-use hadar_backend::Backend;
-
-use crate::state::{copy_atomic, io, Running};
+use crate::state::{copy_atomic, io};
 use crate::RunError;
 
 /// The job's latest checkpoint (what its next task resumes from).
@@ -17,33 +15,16 @@ pub(crate) fn latest(dir: &Path, job: u32) -> PathBuf {
         .join("latest.safetensors")
 }
 
-/// Makes the stopped tasks' checkpoints the job's latest. Returns the
-/// iterations the collected checkpoints add (tasks without a checkpoint,
-/// or on a node that is gone, add none: their work is lost).
-pub(crate) async fn collect(
-    dir: &Path,
-    job: u32,
-    tasks: &[Running],
-    backend: &dyn Backend,
-) -> Result<u64, RunError> {
+/// Where fetched checkpoints land before they are installed.
+pub(crate) fn incoming(dir: &Path) -> Result<PathBuf, RunError> {
     let incoming = dir.join("checkpoints");
     std::fs::create_dir_all(&incoming).map_err(|e| io(&incoming, e))?;
-    let mut files: Vec<(PathBuf, u64)> = Vec::new();
-    for r in tasks {
-        let name = r
-            .handle
-            .workdir
-            .file_name()
-            .map_or_else(|| format!("job{job}"), |n| n.to_string_lossy().into_owned());
-        let local = incoming.join(format!("{name}.safetensors"));
-        match backend.fetch(&r.handle, CHECKPOINT_FILE, &local).await {
-            Ok(true) => files.push((local, r.iterations)),
-            Ok(false) => {}
-            // A node gone with its checkpoint: the job goes back further.
-            Err(e) if e.lost_node().is_some() => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    Ok(incoming)
+}
+
+/// Makes `files` (fetched checkpoints with the iterations each task did)
+/// the job's latest; returns the iterations they add.
+pub(crate) fn install(dir: &Path, job: u32, files: &[(PathBuf, u64)]) -> Result<u64, RunError> {
     if files.is_empty() {
         return Ok(0);
     }
@@ -54,7 +35,7 @@ pub(crate) async fn collect(
     if files.len() == 1 || files.iter().all(|(_, it)| *it == 0) {
         copy_atomic(&files[0].0, &out)?;
     } else {
-        hadar_checkpoint::merge(&files, &out)?;
+        hadar_checkpoint::merge(files, &out)?;
     }
     Ok(files.iter().map(|(_, it)| it).sum())
 }

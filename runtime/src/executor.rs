@@ -15,20 +15,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hadar_backend::protocol::RESUME_FILE;
-use hadar_backend::{Backend, BackendError, NodeGpus, TaskFile, TaskSpec, TaskState, TaskStatus};
+use hadar_backend::{Backend, NodeGpus, TaskFile, TaskSpec, TaskState, TaskStatus};
 use hadar_core::cluster::{Cluster, GpuId};
 use hadar_core::engine::LoopState;
 use hadar_core::executor::{Capabilities, RoundExecutor, RoundReport, TaskReport};
 use hadar_core::plan::{RoundPlan, Task};
 use hadar_core::state::JobsState;
-use tokio::task::JoinSet;
 
-use crate::checkpoints::{collect, latest};
+use crate::checkpoints::{incoming, install, latest};
+use crate::parallel::{each as concurrently, fetch_checkpoints, launch_all, stop_all};
 use crate::state::{save_state, RunState, Running};
 use crate::{unix_now, Event, RunConfig, RunError};
-
-/// Calls in flight at once on one node during a round switch.
-const PER_NODE: usize = 8;
 
 /// Executes rounds on a backend.
 pub(crate) struct RealRounds<'a> {
@@ -123,19 +120,6 @@ impl RealRounds<'_> {
         }
     }
 
-    /// Stops `tasks` concurrently; returns each one's final status (or its
-    /// error), in order.
-    async fn stop_all(&self, tasks: &[Running]) -> Vec<Result<TaskStatus, BackendError>> {
-        let policy = self.config.stop;
-        let handles: Vec<_> = tasks.iter().map(|r| r.handle.clone()).collect();
-        concurrently(
-            handles,
-            |b, h| async move { b.stop(&h, &policy).await },
-            &self.backend,
-        )
-        .await
-    }
-
     /// Stops the tasks whose job's placement changed, collects their checkpoints.
     async fn stop_changed(
         &mut self,
@@ -178,7 +162,8 @@ impl RealRounds<'_> {
         if tasks.is_empty() {
             return Ok(());
         }
-        let results = self.stop_all(&tasks).await;
+        let handles = tasks.iter().map(|r| r.handle.clone()).collect();
+        let results = stop_all(&self.backend, handles, self.config.stop).await;
         let now = self.now();
         let mut by_job: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
         for (mut r, res) in tasks.into_iter().zip(results) {
@@ -202,34 +187,42 @@ impl RealRounds<'_> {
                 },
             }
         }
-        for (job, tasks) in by_job {
-            self.bank(job, &tasks, ledger).await?;
-        }
-        Ok(())
+        self.bank(by_job, ledger).await
     }
 
-    /// Collects the checkpoints of a job's ended tasks; what a task did
-    /// without leaving a checkpoint is rolled back.
+    /// Collects the checkpoints of ended tasks (all fetched side by side),
+    /// job by job; what a task did without leaving a checkpoint is lost.
     async fn bank(
         &mut self,
-        job: u32,
-        tasks: &[Running],
+        by_job: BTreeMap<u32, Vec<Running>>,
         ledger: &mut Ledger,
     ) -> Result<(), RunError> {
-        let did: u64 = tasks.iter().map(|r| r.iterations).sum();
-        let banked = collect(&self.config.state_dir, job, tasks, self.backend.as_ref()).await?;
-        let p = &mut self.state.jobs[job as usize];
-        p.held += banked;
-        let total = self.config.jobs[job as usize].iterations;
-        if p.held >= total {
-            p.complete = true;
+        let tasks: Vec<&Running> = by_job.values().flatten().collect();
+        let handles = tasks.iter().map(|r| r.handle.clone()).collect();
+        let into = incoming(&self.config.state_dir)?;
+        let fetched = fetch_checkpoints(&self.backend, handles, &into).await;
+        let mut files: BTreeMap<u32, Vec<(std::path::PathBuf, u64)>> = BTreeMap::new();
+        for (r, f) in tasks.iter().zip(fetched) {
+            if let Some(path) = f? {
+                files.entry(r.job).or_default().push((path, r.iterations));
+            }
         }
-        if banked < did {
-            ledger.warnings.push(format!(
-                "job {}: {} iterations were lost with a task that left no checkpoint",
-                self.config.jobs[job as usize].name,
-                did - banked
-            ));
+        for (job, tasks) in &by_job {
+            let did: u64 = tasks.iter().map(|r| r.iterations).sum();
+            let got = files.remove(job).unwrap_or_default();
+            let banked = install(&self.config.state_dir, *job, &got)?;
+            let p = &mut self.state.jobs[*job as usize];
+            p.held += banked;
+            if p.held >= self.config.jobs[*job as usize].iterations {
+                p.complete = true;
+            }
+            if banked < did {
+                ledger.warnings.push(format!(
+                    "job {}: {} iterations were lost with a task that left no checkpoint",
+                    self.config.jobs[*job as usize].name,
+                    did - banked
+                ));
+            }
         }
         Ok(())
     }
@@ -306,10 +299,9 @@ impl RealRounds<'_> {
             })
             .map(|t| ((t.job.0, t.copy), self.spec(t, plan.index, deadline)))
             .collect();
-        let results = concurrently(
-            specs.iter().map(|(_, s)| s.clone()).collect(),
-            |b, s| async move { b.launch(&s).await },
+        let results = launch_all(
             &self.backend,
+            specs.iter().map(|(_, s)| s.clone()).collect(),
         )
         .await;
         for ((key, spec), res) in specs.into_iter().zip(results) {
@@ -409,8 +401,9 @@ impl RealRounds<'_> {
             by_job.entry(r.job).or_default().push(r);
         }
         let mut finished_any = false;
-        for (job, tasks) in by_job {
-            self.bank(job, &tasks, ledger).await?;
+        let jobs: Vec<u32> = by_job.keys().copied().collect();
+        self.bank(by_job, ledger).await?;
+        for job in jobs {
             if self.state.jobs[job as usize].complete {
                 // The job is done: its other copies stop.
                 let (others, rest): (Vec<Running>, Vec<Running>) =
@@ -498,49 +491,6 @@ fn single_type(cluster: &Cluster, gpus: &[GpuId]) -> Option<hadar_core::cluster:
     gpus.iter()
         .all(|&g| cluster.gpu(g).gpu_type == first)
         .then_some(first)
-}
-
-/// Runs `call` for each item concurrently (at most [`PER_NODE`] in flight
-/// per backend node is the backend's business; here at most `PER_NODE` x 4
-/// in all), results in the items' order.
-async fn concurrently<I, T, F, Fut>(
-    items: Vec<I>,
-    call: F,
-    backend: &Arc<dyn Backend>,
-) -> Vec<Result<T, BackendError>>
-where
-    I: Send + 'static,
-    T: Send + 'static,
-    F: Fn(Arc<dyn Backend>, I) -> Fut,
-    Fut: std::future::Future<Output = Result<T, BackendError>> + Send + 'static,
-{
-    let limit = Arc::new(tokio::sync::Semaphore::new(PER_NODE * 4));
-    let mut set = JoinSet::new();
-    let n = items.len();
-    for (i, item) in items.into_iter().enumerate() {
-        let fut = call(Arc::clone(backend), item);
-        let limit = Arc::clone(&limit);
-        set.spawn(async move {
-            let _permit = limit.acquire_owned().await;
-            (i, fut.await)
-        });
-    }
-    let mut out: Vec<Option<Result<T, BackendError>>> = (0..n).map(|_| None).collect();
-    while let Some(joined) = set.join_next().await {
-        match joined {
-            Ok((i, r)) => out[i] = Some(r),
-            Err(e) => {
-                // A panicking call: report it on every slot still empty.
-                let msg = format!("a backend call failed: {e}");
-                for slot in out.iter_mut().filter(|s| s.is_none()) {
-                    *slot = Some(Err(BackendError::Invalid(msg.clone())));
-                }
-            }
-        }
-    }
-    out.into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(BackendError::Invalid("a backend call was lost".into()))))
-        .collect()
 }
 
 #[async_trait::async_trait(?Send)]

@@ -162,7 +162,7 @@ pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
             }
         })
         .collect();
-    (model, table)
+    (model, table.with_source("the jobs' throughput estimates"))
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 mod checkpoints;
 mod executor;
 pub mod jobs;
+pub mod parallel;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -190,7 +191,8 @@ pub struct JobOutcome {
     pub state: String,
     /// Completion minus arrival (s).
     pub jct_s: Option<f64>,
-    /// Iterations its latest collected checkpoint holds.
+    /// Iterations its latest collected checkpoint holds (at most its
+    /// total; HadarE's copies together may have run more).
     pub iterations: u64,
     /// The last accuracy it reported, if it reports one.
     pub accuracy: Option<f64>,
@@ -354,7 +356,7 @@ fn outcomes(config: &RunConfig, state: &RunState, result: &RunResult) -> Vec<Job
                 }
                 .to_string(),
                 jct_s: rec.jct_s,
-                iterations: p.held,
+                iterations: p.held.min(j.iterations),
                 accuracy: p.metrics.get("accuracy").copied(),
                 metrics: p.metrics.clone(),
             }

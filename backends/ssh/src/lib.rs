@@ -80,6 +80,9 @@ fn pid(task: &TaskHandle) -> Result<u32, BackendError> {
 pub const LOG_FILE: &str = "task.log";
 /// Where the wrapper writes the task's exit code.
 pub const EXIT_FILE: &str = "exit_code";
+/// Sessions kept open to one host at most (sshd's default `MaxStartups`
+/// begins refusing at 10 unauthenticated connections).
+const SESSIONS_PER_HOST: usize = 4;
 /// The most of a log read back at once (its end holds the last report).
 const LOG_TAIL_BYTES: usize = 64 * 1024;
 
@@ -162,7 +165,9 @@ impl SshBackend {
 struct Inner {
     hosts: HashMap<String, SshHost>,
     options: SshOptions,
-    sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    /// Per host, up to [`SESSIONS_PER_HOST`] sessions: calls to one host
+    /// run side by side (a round switch launches and stops many tasks at once).
+    sessions: Mutex<HashMap<String, Vec<Arc<Mutex<Session>>>>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -270,15 +275,39 @@ impl Inner {
         }
     }
 
+    /// A session to `host`: an idle one of its pool, a new one while the
+    /// pool has room, else the least recently handed out (the caller waits
+    /// for it). `fresh`: a session that failed is replaced by a new one.
     fn session(&self, host: &SshHost, fresh: bool) -> Result<Arc<Mutex<Session>>, BackendError> {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        if !fresh {
-            if let Some(s) = sessions.get(&host.name) {
-                return Ok(Arc::clone(s));
+        let pool_of = |sessions: &mut HashMap<String, Vec<Arc<Mutex<Session>>>>| {
+            sessions.entry(host.name.clone()).or_default().clone()
+        };
+        {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let pool = pool_of(&mut sessions);
+            if fresh {
+                sessions.remove(&host.name);
+            } else {
+                if let Some(idle) = pool.iter().find(|s| s.try_lock().is_ok()) {
+                    return Ok(Arc::clone(idle));
+                }
+                if pool.len() >= SESSIONS_PER_HOST {
+                    // Rotate, so that waiters spread over the pool.
+                    let first = Arc::clone(&pool[0]);
+                    if let Some(p) = sessions.get_mut(&host.name) {
+                        p.rotate_left(1);
+                    }
+                    return Ok(first);
+                }
             }
         }
+        // Connect without holding the map's lock (a handshake takes a while).
         let s = Arc::new(Mutex::new(self.connect(host)?));
-        sessions.insert(host.name.clone(), Arc::clone(&s));
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions
+            .entry(host.name.clone())
+            .or_default()
+            .push(Arc::clone(&s));
         Ok(s)
     }
 
