@@ -113,3 +113,37 @@ impl Checkpoint {
         self.index.get(name).and_then(|&i| self.entries.get(i))
     }
 }
+
+/// The model's global step a checkpoint records: its tensor `step`, one
+/// integer (the job protocol's convention; the example trainer writes it).
+/// `None` when the file has no such tensor.
+pub fn read_step(path: &Path) -> Result<Option<u64>, MergeError> {
+    use std::io::{Seek, SeekFrom};
+    let mut c = Checkpoint::open(path)?;
+    let Some(e) = c.get("step").cloned() else {
+        return Ok(None);
+    };
+    let read_err = |source| MergeError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut buf = [0u8; 8];
+    let n = e.len as usize;
+    if !matches!(
+        (e.dtype, n),
+        (Dtype::I64 | Dtype::U64, 8) | (Dtype::I32 | Dtype::U32, 4)
+    ) {
+        return Ok(None);
+    }
+    c.file.seek(SeekFrom::Start(e.start)).map_err(read_err)?;
+    c.file.read_exact(&mut buf[..n]).map_err(read_err)?;
+    let step = match e.dtype {
+        Dtype::I64 => u64::try_from(i64::from_le_bytes(buf)).ok(),
+        Dtype::U64 => Some(u64::from_le_bytes(buf)),
+        Dtype::I32 => u64::try_from(i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]])).ok(),
+        _ => Some(u64::from(u32::from_le_bytes([
+            buf[0], buf[1], buf[2], buf[3],
+        ]))),
+    };
+    Ok(step)
+}

@@ -1,6 +1,7 @@
 //! CLI errors and their exit codes (documented in `docs/cli.md`).
 
 use hadar_core::Error as CoreError;
+use hadar_runtime::RunError;
 
 /// Exit code: the inputs are wrong (a file, a flag's value); the message says where.
 pub const EXIT_INPUT: u8 = 3;
@@ -12,6 +13,10 @@ pub const EXIT_CHECK_FAILED: u8 = 5;
 pub const EXIT_OUTPUT: u8 = 6;
 /// Exit code: a real run stopped on a backend or checkpoint error.
 pub const EXIT_RUN: u8 = 7;
+/// Exit code: a real run was stopped on request (SIGINT, SIGTERM, `hadar
+/// stop`); its tasks were stopped after their checkpoints, and the same
+/// command resumes it.
+pub const EXIT_STOPPED: u8 = 8;
 
 /// An error of the `hadar` command.
 #[derive(Debug, thiserror::Error)]
@@ -52,10 +57,13 @@ impl CliError {
             | Self::Core(CoreError::Inconsistent { .. } | CoreError::Setting { .. }) => EXIT_INPUT,
             Self::Checkpoint(e) if e.is_write_error() => EXIT_OUTPUT,
             Self::Checkpoint(_) => EXIT_INPUT,
-            Self::Run(hadar_runtime::RunError::Core(CoreError::Solver { .. })) => EXIT_SOLVER,
-            Self::Run(hadar_runtime::RunError::Core(CoreError::Executor { .. })) => EXIT_RUN,
-            Self::Run(hadar_runtime::RunError::Core(_)) => EXIT_INPUT,
-            Self::Run(_) => EXIT_RUN,
+            Self::Run(e) => match e.cause() {
+                RunError::Core(CoreError::Solver { .. }) => EXIT_SOLVER,
+                RunError::Core(CoreError::Executor { .. }) => EXIT_RUN,
+                RunError::Core(_) => EXIT_INPUT,
+                RunError::Stopped => EXIT_STOPPED,
+                _ => EXIT_RUN,
+            },
             Self::Usage(_) => 2,
             Self::CheckFailed(_) => EXIT_CHECK_FAILED,
             Self::Output { .. } => EXIT_OUTPUT,

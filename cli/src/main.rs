@@ -27,7 +27,8 @@ use exit::CliError;
 ///
 /// Exit codes: 0 success, 2 usage error, 3 bad input (the message names the
 /// file, line and field), 4 LP solver failure, 5 a check failed, 6 cannot
-/// write output.
+/// write output, 7 a real run stopped on an error, 8 a real run stopped on
+/// request (it resumes).
 #[derive(Debug, Parser)]
 #[command(name = "hadar", version, about, long_about, propagate_version = true)]
 struct Cli {
@@ -48,6 +49,7 @@ enum Command {
     Merge(cmd::merge::MergeArgs),
     Run(cmd::run::RunArgs),
     Status(cmd::run::StatusArgs),
+    Stop(cmd::run::StopArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Merge(args) => cmd::merge::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Status(args) => cmd::run::status(args),
+        Command::Stop(args) => cmd::run::stop(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

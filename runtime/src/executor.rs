@@ -25,7 +25,7 @@ use hadar_core::state::JobsState;
 use crate::checkpoints::{incoming, install, latest};
 use crate::parallel::{each as concurrently, fetch_checkpoints, launch_all, stop_all};
 use crate::state::{save_state, RunState, Running};
-use crate::{unix_now, Event, RunConfig, RunError};
+use crate::{hang_limit, unix_now, Event, RunConfig, RunError};
 
 /// Executes rounds on a backend.
 pub(crate) struct RealRounds<'a> {
@@ -106,10 +106,14 @@ impl RealRounds<'_> {
     }
 
     /// Books a status into a running task; the iterations it grew by.
-    fn absorb(&mut self, i: usize, status: &TaskStatus, ledger: &mut Ledger) {
+    fn absorb(&mut self, i: usize, status: &TaskStatus, ledger: &mut Ledger, now: f64) {
         let r = &mut self.state.running[i];
         if let Some(rep) = &status.report {
             let grown = rep.iterations.saturating_sub(r.iterations);
+            if grown > 0 {
+                r.gap_s = r.gap_s.max(now - r.progress_s);
+                r.progress_s = now;
+            }
             r.iterations = r.iterations.max(rep.iterations);
             *ledger.steps.entry((r.job, r.copy)).or_default() += grown;
             if !rep.metrics.is_empty() {
@@ -204,7 +208,8 @@ impl RealRounds<'_> {
         let mut files: BTreeMap<u32, Vec<(std::path::PathBuf, u64)>> = BTreeMap::new();
         for (r, f) in tasks.iter().zip(fetched) {
             if let Some(path) = f? {
-                files.entry(r.job).or_default().push((path, r.iterations));
+                let credit = credited(&path, r);
+                files.entry(r.job).or_default().push((path, credit));
             }
         }
         for (job, tasks) in &by_job {
@@ -213,12 +218,18 @@ impl RealRounds<'_> {
             let banked = install(&self.config.state_dir, *job, &got)?;
             let p = &mut self.state.jobs[*job as usize];
             p.held += banked;
+            if !got.is_empty() {
+                let latest = latest(&self.config.state_dir, *job);
+                p.step = hadar_checkpoint::read_step(&latest).ok().flatten();
+            }
             if p.held >= self.config.jobs[*job as usize].iterations {
                 p.complete = true;
             }
             if banked < did {
+                p.lost += did - banked;
                 ledger.warnings.push(format!(
-                    "job {}: {} iterations were lost with a task that left no checkpoint",
+                    "job {}: {} iterations were lost with a task whose checkpoint does not \
+                     hold them (killed, crashed or hung before it wrote one)",
                     self.config.jobs[*job as usize].name,
                     did - banked
                 ));
@@ -287,6 +298,7 @@ impl RealRounds<'_> {
     ) -> Result<(), RunError> {
         let round_start = self.now();
         let deadline = self.state.started_unix_s + round_start + self.config.round_s;
+        self.check_checkpoints(plan, ledger);
         let specs: Vec<(Key, TaskSpec)> = plan
             .tasks
             .iter()
@@ -299,23 +311,42 @@ impl RealRounds<'_> {
             })
             .map(|t| ((t.job.0, t.copy), self.spec(t, plan.index, deadline)))
             .collect();
+        // Write-ahead: the launches are on disk before they happen, so that
+        // a run killed before their handles are saved finds them by token.
+        let bases: HashMap<u32, Option<u64>> = specs
+            .iter()
+            .map(|((job, _), _)| (*job, self.base_step(*job)))
+            .collect();
+        let record = |key: Key, handle| Running {
+            job: key.0,
+            copy: key.1,
+            gpus: desired[&key].clone(),
+            handle,
+            iterations: 0,
+            started_s: round_start,
+            progress_s: round_start,
+            gap_s: 0.0,
+            base_step: bases[&key.0],
+        };
+        self.state.launching = specs
+            .iter()
+            .map(|(key, spec)| record(*key, spec.handle("")))
+            .collect();
+        if !self.state.launching.is_empty() {
+            self.persist()?;
+        }
         let results = launch_all(
             &self.backend,
             specs.iter().map(|(_, s)| s.clone()).collect(),
         )
         .await;
+        crate::testing::crash_point("launched");
+        let mut failed = None;
         for ((key, spec), res) in specs.into_iter().zip(results) {
             match res {
                 Ok(handle) => {
                     ledger.started.insert(key, self.now());
-                    self.state.running.push(Running {
-                        job: key.0,
-                        copy: key.1,
-                        gpus: desired[&key].clone(),
-                        handle,
-                        iterations: 0,
-                        started_s: round_start,
-                    });
+                    self.state.running.push(record(key, handle));
                 }
                 Err(e) => match e.lost_node() {
                     Some(node) => {
@@ -323,15 +354,47 @@ impl RealRounds<'_> {
                         self.lose(ledger, &node);
                     }
                     None => {
-                        return Err(RunError::Launch {
+                        failed.get_or_insert(RunError::Launch {
                             job: spec.job_name.clone(),
                             source: e,
-                        })
+                        });
                     }
                 },
             }
         }
-        Ok(())
+        self.state.launching.clear();
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// The step a new task of `job` resumes from: its latest checkpoint's,
+    /// or 0 without one.
+    fn base_step(&self, job: u32) -> Option<u64> {
+        if latest(&self.config.state_dir, job).is_file() {
+            self.state.jobs[job as usize].step
+        } else {
+            Some(0)
+        }
+    }
+
+    /// A job with collected work whose checkpoint is gone from the state
+    /// directory (deleted by hand, a cleaned disk) restarts from nothing:
+    /// said loudly, and counted as lost.
+    fn check_checkpoints(&mut self, plan: &RoundPlan, ledger: &mut Ledger) {
+        for t in &plan.tasks {
+            let p = &mut self.state.jobs[t.job.index()];
+            if p.held > 0 && !p.complete && !latest(&self.config.state_dir, t.job.0).is_file() {
+                ledger.warnings.push(format!(
+                    "job {}: its checkpoint ({} iterations) is gone from {}: it restarts from \
+                     the beginning, and those iterations count as lost",
+                    self.config.jobs[t.job.index()].name,
+                    p.held,
+                    latest(&self.config.state_dir, t.job.0).display()
+                ));
+                p.lost += p.held;
+                p.held = 0;
+                p.step = None;
+            }
+        }
     }
 
     /// One poll: every task's status; ended tasks banked; a finished job's
@@ -351,11 +414,17 @@ impl RealRounds<'_> {
         .await;
         let now = self.now();
         let mut ended: Vec<usize> = Vec::new();
+        let mut hung: Vec<usize> = Vec::new();
         let mut lost: Vec<String> = Vec::new();
         for (i, res) in results.into_iter().enumerate() {
             match res {
                 Ok(status) => {
-                    self.absorb(i, &status, ledger);
+                    self.absorb(i, &status, ledger, now);
+                    let r = &self.state.running[i];
+                    let limit = hang_limit(&self.config.guards, r.iterations > 0, r.gap_s);
+                    if status.state == TaskState::Running && now - r.progress_s > limit {
+                        hung.push(i);
+                    }
                     let job = self.state.running[i].job;
                     let event = Event::Progress {
                         job: job as usize,
@@ -386,6 +455,7 @@ impl RealRounds<'_> {
         for node in &lost {
             self.lose(ledger, node);
         }
+        self.stop_hung(&hung, now, ledger).await?;
         // Ended tasks leave; their checkpoints are banked.
         let ended_keys: HashSet<Key> = ended
             .iter()
@@ -423,6 +493,37 @@ impl RealRounds<'_> {
             self.persist()?;
         }
         Ok(finished_any)
+    }
+
+    /// Kills the tasks at `hung` (indices into the running list, read before
+    /// any left it): their jobs resume from their checkpoints next round.
+    async fn stop_hung(
+        &mut self,
+        hung: &[usize],
+        now: f64,
+        ledger: &mut Ledger,
+    ) -> Result<(), RunError> {
+        let keys: HashSet<Key> = hung
+            .iter()
+            .filter_map(|&i| self.state.running.get(i).map(|r| (r.job, r.copy)))
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let (stuck, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
+            .into_iter()
+            .partition(|r| keys.contains(&(r.job, r.copy)));
+        self.state.running = rest;
+        for r in &stuck {
+            ledger.warnings.push(format!(
+                "job {} copy {}: no progress for {:.0} s (hung or stopped?): killed; it \
+                 resumes from its last checkpoint",
+                self.config.jobs[r.job as usize].name,
+                r.copy,
+                now - r.progress_s
+            ));
+        }
+        self.finish_tasks(stuck, ledger).await
     }
 
     /// The round's report: each planned task's steps and busy time, and
@@ -485,6 +586,17 @@ impl RealRounds<'_> {
     }
 }
 
+/// The iterations a task's fetched checkpoint holds beyond the one it
+/// resumed from, when both record their step; else what the task reported.
+/// A task killed after an early checkpoint is credited with that
+/// checkpoint's work, not with the work it reported after it.
+fn credited(path: &std::path::Path, r: &Running) -> u64 {
+    match (hadar_checkpoint::read_step(path), r.base_step) {
+        (Ok(Some(step)), Some(base)) => step.saturating_sub(base),
+        _ => r.iterations,
+    }
+}
+
 /// The GPUs' type, if they have one type.
 fn single_type(cluster: &Cluster, gpus: &[GpuId]) -> Option<hadar_core::cluster::GpuTypeId> {
     let first = gpus.first().map(|&g| cluster.gpu(g).gpu_type)?;
@@ -526,7 +638,119 @@ impl RoundExecutor for RealRounds<'_> {
 }
 
 impl RealRounds<'_> {
+    /// Whether the run was asked to stop (a signal, `hadar stop`).
+    fn stop_asked(&self) -> bool {
+        self.config
+            .guards
+            .interrupt
+            .load(std::sync::atomic::Ordering::SeqCst)
+            || crate::control::stop_requested(&self.config.state_dir)
+    }
+
+    /// Takes over the tasks a killed run recorded as being launched: found
+    /// by their token, they join the running tasks; not found, they never
+    /// started (or ended), and are dropped. Never two tasks of one (job,
+    /// copy).
+    pub(crate) async fn adopt(&mut self) -> Result<(), RunError> {
+        // Taken off the list only once every entry is settled: a failure on
+        // the way leaves them recorded for the next try.
+        let launching = self.state.launching.clone();
+        for mut r in launching {
+            let running = self
+                .state
+                .running
+                .iter()
+                .any(|x| (x.job, x.copy) == (r.job, r.copy));
+            match self.backend.find(&r.handle).await? {
+                Some(h) if !running => {
+                    tracing::warn!(
+                        "job {} copy {}: adopting task {} launched by a run that was killed \
+                         before it saved it",
+                        self.config.jobs[r.job as usize].name,
+                        r.copy,
+                        h.id
+                    );
+                    r.handle = h;
+                    self.state.running.push(r);
+                }
+                Some(h) => {
+                    tracing::warn!("stopping task {}: its (job, copy) already runs", h.id);
+                    for res in stop_all(&self.backend, vec![h], self.config.stop).await {
+                        res?;
+                    }
+                }
+                None => {}
+            }
+        }
+        self.state.launching.clear();
+        self.persist()
+    }
+
+    /// Ends a run that stopped on `cause`: its tasks are stopped after their
+    /// checkpoints and those collected, the state saved; the error says what
+    /// became of each task (stopped, or left running for the next run to
+    /// adopt when stopping or saving failed).
+    pub(crate) async fn halt(&mut self, cause: RunError) -> RunError {
+        if matches!(cause, RunError::Busy { .. } | RunError::OtherRun { .. }) {
+            return cause;
+        }
+        let tasks = std::mem::take(&mut self.state.running);
+        if tasks.is_empty() {
+            let _ = self.persist();
+            return cause;
+        }
+        let name = |r: &Running| {
+            format!(
+                "{} (copy {}, {})",
+                self.config.jobs[r.job as usize].name, r.copy, r.handle.id
+            )
+        };
+        let mut ledger = Ledger::default();
+        let all: Vec<String> = tasks.iter().map(name).collect();
+        let collected = self.finish_tasks(tasks, &mut ledger).await;
+        let left: Vec<String> = self.state.running.iter().map(name).collect();
+        let saved = self.persist();
+        let stopped: Vec<&String> = all.iter().filter(|t| !left.contains(t)).collect();
+        let mut fate = String::new();
+        if !stopped.is_empty() {
+            fate += &format!(
+                "stopped {} task(s) after their checkpoints: {}",
+                stopped.len(),
+                stopped
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        if let Err(e) = collected {
+            fate += &format!("\ntheir checkpoints were not all collected ({e})");
+        }
+        if !left.is_empty() {
+            fate += &format!(
+                "\nleft running (the next `hadar run` adopts them): {}",
+                left.join(", ")
+            );
+        }
+        match saved {
+            Ok(()) => fate += "\nthe state is saved: the same command resumes the run",
+            Err(e) => {
+                fate += &format!(
+                    "\nthe state could not be saved ({e}): the next `hadar run` finds the \
+                     tasks as they were last saved and collects their checkpoints"
+                )
+            }
+        }
+        RunError::Halted {
+            source: Box::new(cause),
+            fate: fate.trim_start().to_string(),
+        }
+    }
+
     async fn round(&mut self, plan: &RoundPlan, jobs: &JobsState) -> Result<RoundReport, RunError> {
+        if self.stop_asked() {
+            return Err(RunError::Stopped);
+        }
         let mut ledger = Ledger::default();
         let desired: HashMap<Key, Vec<(String, u32)>> = plan
             .tasks
@@ -551,6 +775,9 @@ impl RealRounds<'_> {
         while !plan.tasks.is_empty() && ledger.lost_nodes.is_empty() {
             tokio::time::sleep(self.config.poll).await;
             let finished = self.poll(&mut ledger).await?;
+            if self.stop_asked() {
+                return Err(RunError::Stopped);
+            }
             let now = self.now();
             if now >= round_end
                 || self.state.running.is_empty()

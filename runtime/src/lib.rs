@@ -12,10 +12,12 @@
 //! and metrics.
 
 mod checkpoints;
+pub mod control;
 mod executor;
 pub mod jobs;
 pub mod parallel;
 pub mod state;
+mod testing;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +32,7 @@ use hadar_core::sim::{Experiment, SimSettings};
 use hadar_core::workload::Workload;
 use serde::Serialize;
 
+pub use control::{is_running, request_stop};
 pub use jobs::RunJob;
 pub use state::{load_state, state_path, RunState};
 
@@ -77,6 +80,29 @@ pub enum RunError {
         /// What differs.
         difference: String,
     },
+    /// Another `hadar run` holds the state directory.
+    #[error(
+        "{dir} is in use by another hadar run (pid {pid}); wait for it, stop it with `hadar \
+         stop --state {dir}`, or use another --state directory"
+    )]
+    Busy {
+        /// The state directory.
+        dir: PathBuf,
+        /// The holder's pid, as it wrote it.
+        pid: String,
+    },
+    /// The run was asked to stop (a signal, `hadar stop`).
+    #[error("stopped on request")]
+    Stopped,
+    /// The run ended on `source`; `fate` says what became of its tasks.
+    #[error("{source}\n{fate}")]
+    Halted {
+        /// Why the run ended.
+        source: Box<RunError>,
+        /// What became of the tasks: stopped after their checkpoints, or
+        /// left running for the next `hadar run` to adopt.
+        fate: String,
+    },
 }
 
 impl From<hadar_core::Error> for RunError {
@@ -93,6 +119,14 @@ impl From<hadar_core::Error> for RunError {
 }
 
 impl RunError {
+    /// The error under a [`RunError::Halted`] (itself otherwise).
+    pub fn cause(&self) -> &RunError {
+        match self {
+            Self::Halted { source, .. } => source.cause(),
+            other => other,
+        }
+    }
+
     /// Wraps it for the engine (which gives it back through `From`).
     pub(crate) fn into_core(self) -> hadar_core::Error {
         match self {
@@ -130,6 +164,36 @@ pub struct RunConfig {
     /// A scheduler of the embedder's instead of `policy` (tests use one that
     /// plans what no policy would).
     pub custom_scheduler: Option<CustomScheduler>,
+    /// Hung tasks, stop requests, starting over.
+    pub guards: Guards,
+}
+
+/// What keeps a run from hanging or losing work, beyond its plan.
+#[derive(Debug, Clone, Default)]
+pub struct Guards {
+    /// A task whose reported iterations do not grow for this long (s) is
+    /// taken for hung: killed, and its job resumed from its checkpoint.
+    /// `None`: derived per task from its own reports ([`hang_limit`]).
+    pub hang_timeout: Option<f64>,
+    /// Set (by a signal handler, or `hadar stop`'s request file) to stop the
+    /// run: its tasks are stopped after their checkpoints, the state saved,
+    /// and the run returns [`RunError::Stopped`].
+    pub interrupt: Arc<std::sync::atomic::AtomicBool>,
+    /// Start over: the tasks of a saved run are stopped and its state
+    /// directory moved aside, instead of resuming it.
+    pub fresh: bool,
+}
+
+/// How long a task may go without progress before it counts as hung (s):
+/// ten times the longest wait between its progress reports so far, at least
+/// a minute; five minutes for a task that has not reported yet (loading its
+/// data, say).
+pub fn hang_limit(guards: &Guards, reported: bool, gap_s: f64) -> f64 {
+    match guards.hang_timeout {
+        Some(t) => t,
+        None if !reported => 300.0,
+        None => (10.0 * gap_s).max(60.0),
+    }
 }
 
 /// A function that builds a scheduler for a workload.
@@ -198,6 +262,9 @@ pub struct JobOutcome {
     pub accuracy: Option<f64>,
     /// Last metrics reported.
     pub metrics: BTreeMap<String, f64>,
+    /// Iterations done and then lost (a task killed before its checkpoint,
+    /// a lost node, a deleted checkpoint): done again, and counted here.
+    pub lost_iterations: u64,
 }
 
 /// What a run did: the loop's metrics (as `hadar simulate` reports them)
@@ -212,6 +279,8 @@ pub struct RunReport {
     pub backend: String,
     /// Whether the run had already finished before this call (nothing ran).
     pub already_finished: bool,
+    /// When the run finished (Unix seconds).
+    pub finished_unix_s: Option<f64>,
 }
 
 pub(crate) fn unix_now() -> f64 {
@@ -258,7 +327,10 @@ pub fn workload(config: &RunConfig) -> Result<Arc<Workload>, RunError> {
 /// Runs (or resumes) the jobs to completion and reports.
 ///
 /// A node that becomes unreachable is dropped: its tasks' jobs go back to
-/// their last checkpoints and are scheduled on the other nodes.
+/// their last checkpoints and are scheduled on the other nodes. A run that
+/// ends on an error (or on request: [`Guards::interrupt`], `hadar stop`)
+/// stops its tasks after their checkpoints, or leaves them recorded for the
+/// next run to adopt, and says which ([`RunError::Halted`]).
 pub async fn run(
     config: &RunConfig,
     backend: Arc<dyn Backend>,
@@ -271,28 +343,14 @@ pub async fn run(
         std::path::absolute(&config.state_dir).map_err(|e| state::io(&config.state_dir, e))?;
     let dir = config.state_dir.clone();
     std::fs::create_dir_all(&dir).map_err(|e| state::io(&dir, e))?;
+    let _lock = control::lock(&dir)?;
+    control::clear_stop_request(&dir)?;
+    if config.guards.fresh {
+        start_over(&config, &backend).await?;
+    }
     let workload = workload(&config)?;
-    let print = fingerprint(&config.jobs);
-    let saved = match load_state(&dir)? {
-        Some(s) if s.jobs_fingerprint != print => {
-            return Err(RunError::OtherRun {
-                dir,
-                difference: difference(&s.jobs_fingerprint, &print),
-            })
-        }
-        other => other,
-    };
-    let already_finished = saved.as_ref().is_some_and(|s| s.finished);
-    let state = saved.unwrap_or_else(|| RunState {
-        run_id: format!("hadar{}x{}", unix_now() as u64, std::process::id()),
-        started_unix_s: unix_now(),
-        jobs_fingerprint: print,
-        job_names: config.jobs.iter().map(|j| j.name.clone()).collect(),
-        jobs: vec![JobProgress::default(); config.jobs.len()],
-        running: Vec::new(),
-        loop_state: None,
-        finished: false,
-    });
+    let state = initial_state(&config)?;
+    let already_finished = state.finished;
     let resume = state.loop_state.clone();
     let experiment = Experiment::new(
         workload,
@@ -310,30 +368,110 @@ pub async fn run(
         state,
         on_event,
     };
-    let result = match config.custom_scheduler.clone() {
-        Some(custom) => {
-            let mut make = |w: &Workload| (custom.0)(w);
-            experiment
-                .run_with("custom", &mut make, &mut exec, resume, true, &mut |_| {})
-                .await
+    let result = match exec.adopt().await {
+        Err(e) => Err(e),
+        Ok(()) => match config.custom_scheduler.clone() {
+            Some(custom) => {
+                let mut make = |w: &Workload| (custom.0)(w);
+                experiment
+                    .run_with("custom", &mut make, &mut exec, resume, true, &mut |_| {})
+                    .await
+            }
+            None => {
+                experiment
+                    .run_on(config.policy, &mut exec, resume, true, &mut |_| {})
+                    .await
+            }
         }
-        None => {
-            experiment
-                .run_on(config.policy, &mut exec, resume, true, &mut |_| {})
-                .await
-        }
+        .map_err(RunError::from),
+    };
+    let result = match result {
+        Ok(r) => Ok(r),
+        Err(e) => Err(exec.halt(e).await),
     };
     let closed = backend.close().await;
     let result = result?;
     closed?;
-    exec.state.finished = true;
+    if !exec.state.finished {
+        exec.state.finished = true;
+        exec.state.finished_unix_s = Some(unix_now());
+    }
     save_state(&dir, &exec.state)?;
     Ok(RunReport {
         jobs: outcomes(&config, &exec.state, &result),
         result,
         backend: backend.name().to_string(),
         already_finished,
+        finished_unix_s: exec.state.finished_unix_s,
     })
+}
+
+/// The saved state of these jobs' run, checked, or a new one.
+fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
+    let dir = &config.state_dir;
+    let print = fingerprint(&config.jobs);
+    match load_state(dir)? {
+        Some(s) if s.jobs_fingerprint != print => Err(RunError::OtherRun {
+            dir: dir.clone(),
+            difference: difference(&s.jobs_fingerprint, &print),
+        }),
+        Some(s) => {
+            s.check(&state_path(dir), config.jobs.len())?;
+            Ok(s)
+        }
+        None => Ok(RunState {
+            run_id: format!("hadar{}x{}", unix_now() as u64, std::process::id()),
+            started_unix_s: unix_now(),
+            jobs_fingerprint: print,
+            job_names: config.jobs.iter().map(|j| j.name.clone()).collect(),
+            jobs: vec![JobProgress::default(); config.jobs.len()],
+            running: Vec::new(),
+            launching: Vec::new(),
+            loop_state: None,
+            finished: false,
+            finished_unix_s: None,
+        }),
+    }
+}
+
+/// `--fresh`: stops the tasks a saved run left (running, or recorded as
+/// being launched) and moves its files aside, so this run starts over.
+async fn start_over(config: &RunConfig, backend: &Arc<dyn Backend>) -> Result<(), RunError> {
+    let dir = &config.state_dir;
+    match load_state(dir) {
+        Ok(Some(old)) => {
+            let mut handles: Vec<_> = old.running.iter().map(|r| r.handle.clone()).collect();
+            backend.open().await?;
+            for r in &old.launching {
+                if let Some(h) = backend.find(&r.handle).await? {
+                    handles.push(h);
+                }
+            }
+            let stopped = handles.len();
+            for res in parallel::stop_all(backend, handles, config.stop).await {
+                match res {
+                    Ok(_) => {}
+                    Err(e) if e.lost_node().is_some() => {
+                        tracing::warn!("--fresh: a task of the old run is on a lost node: {e}")
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            backend.close().await?;
+            if stopped > 0 {
+                tracing::warn!("--fresh: stopped {stopped} tasks of the old run");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(
+            "--fresh: the old state cannot be read ({e}); tasks it may have left are not \
+             stopped"
+        ),
+    }
+    if let Some(aside) = control::set_aside(dir, unix_now() as u64)? {
+        tracing::warn!("--fresh: the old run's files are in {}", aside.display());
+    }
+    Ok(())
 }
 
 fn outcomes(config: &RunConfig, state: &RunState, result: &RunResult) -> Vec<JobOutcome> {
@@ -359,6 +497,7 @@ fn outcomes(config: &RunConfig, state: &RunState, result: &RunResult) -> Vec<Job
                 iterations: p.held.min(j.iterations),
                 accuracy: p.metrics.get("accuracy").copied(),
                 metrics: p.metrics.clone(),
+                lost_iterations: p.lost,
             }
         })
         .collect()

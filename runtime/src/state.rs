@@ -26,6 +26,16 @@ pub struct Running {
     pub iterations: u64,
     /// When it started (s since the run's start).
     pub started_s: f64,
+    /// When its reported iterations last grew (s since the run's start).
+    #[serde(default)]
+    pub progress_s: f64,
+    /// The longest wait between two of its reports that showed progress (s).
+    #[serde(default)]
+    pub gap_s: f64,
+    /// The global step of the checkpoint it resumed from (0: from scratch;
+    /// `None`: unknown), so that its own checkpoint says what it added.
+    #[serde(default)]
+    pub base_step: Option<u64>,
 }
 
 /// One job's runtime state.
@@ -37,6 +47,13 @@ pub struct JobProgress {
     pub complete: bool,
     /// Last metrics reported (`accuracy`, `loss`, ...).
     pub metrics: BTreeMap<String, f64>,
+    /// Iterations done and then lost: by tasks that left no checkpoint, with
+    /// a lost node, or with a checkpoint deleted from the state directory.
+    #[serde(default)]
+    pub lost: u64,
+    /// The global step its latest checkpoint records, if it records one.
+    #[serde(default)]
+    pub step: Option<u64>,
 }
 
 /// The saved state of a run.
@@ -54,10 +71,58 @@ pub struct RunState {
     pub jobs: Vec<JobProgress>,
     /// Tasks running.
     pub running: Vec<Running>,
+    /// Tasks being launched: recorded before the launch (write-ahead), with
+    /// an empty id, so that a run killed before the launch's handle is saved
+    /// finds them again by token instead of starting them twice.
+    #[serde(default)]
+    pub launching: Vec<Running>,
     /// The loop's state after its last round (none before the first).
     pub loop_state: Option<LoopState>,
     /// Whether every job finished.
     pub finished: bool,
+    /// When it finished (Unix seconds).
+    #[serde(default)]
+    pub finished_unix_s: Option<f64>,
+}
+
+impl RunState {
+    /// Refuses a state whose ids do not fit `jobs` jobs (a state file edited
+    /// by hand, or of another run): every id is checked before it is used.
+    pub fn check(&self, path: &Path, jobs: usize) -> Result<(), RunError> {
+        let bad = |what: String| {
+            Err(io(
+                path,
+                std::io::Error::other(format!(
+                    "{what}; the file is corrupt or of another run: move it away, or start \
+                     over with --fresh"
+                )),
+            ))
+        };
+        if self.jobs.len() != jobs || self.job_names.len() != jobs {
+            return bad(format!(
+                "it records {} jobs ({} names) where the jobs file has {jobs}",
+                self.jobs.len(),
+                self.job_names.len()
+            ));
+        }
+        for r in self.running.iter().chain(&self.launching) {
+            if r.job as usize >= jobs {
+                return bad(format!("a task of job {} (there are {jobs} jobs)", r.job));
+            }
+            if r.handle.nodes.is_empty() {
+                return bad(format!("a task of job {} has no node", r.job));
+            }
+        }
+        if let Some(l) = &self.loop_state {
+            if l.jobs.jobs.len() != jobs {
+                return bad(format!(
+                    "its round loop records {} jobs where the jobs file has {jobs}",
+                    l.jobs.jobs.len()
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The state file of a run in `dir`.

@@ -69,7 +69,7 @@ macro_rules! conformance_suite {
     ($setup:expr, protocol) => {
         $crate::conformance_suite!(@tests $setup;
             launch_and_finish, stop_within_grace, transfers_by_task, found_again_after_restart,
-            concurrent_calls);
+            found_by_token, concurrent_calls);
     };
     (@tests $setup:expr; $($name:ident),* $(,)?) => {
         $(
@@ -294,6 +294,38 @@ pub async fn found_again_after_restart(h: &Harness) {
     // Let the first backend reap its child.
     let _ = first.status(&task).await;
     assert!(file(&second, &task, CHECKPOINT_FILE).await.is_some());
+}
+
+/// A launch whose handle was never saved (the orchestrator killed between
+/// the launch and the state save) is found by its token from a new backend,
+/// and only while it lives; another token finds nothing.
+pub async fn found_by_token(h: &Harness) {
+    let (first, t) = (&h.backend, &h.target);
+    let mut s = spec(t, "lost-handle", trainer_argv(t), u64::MAX / 2);
+    s.env.push(("HADAR_TRAINER_ITER_US".into(), "500".into()));
+    let task = first.launch(&s).await.expect("launch");
+    wait_report(first, &task).await;
+    let second = (h.restart)();
+    let unsaved = s.handle("");
+    let found = second
+        .find(&unsaved)
+        .await
+        .expect("find")
+        .expect("the live task is found by its token");
+    assert_eq!(found.id, task.id, "the task itself, not another process");
+    let mut other = s.handle("");
+    other.token = format!("{}-not-launched", s.token);
+    assert_eq!(second.find(&other).await.expect("find"), None);
+    second
+        .stop(&found, &StopPolicy::default())
+        .await
+        .expect("stop");
+    let _ = first.status(&task).await;
+    assert_eq!(
+        second.find(&unsaved).await.expect("find"),
+        None,
+        "a stopped task is not found"
+    );
 }
 
 /// Eight tasks launched, polled and stopped concurrently through one backend.

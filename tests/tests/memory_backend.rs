@@ -127,6 +127,17 @@ impl Backend for Memory {
         self.0.lock().expect("the world").remove(&task.id);
         Ok(())
     }
+    async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
+        // Its ids are the tokens.
+        let world = self.0.lock().expect("the world");
+        Ok(world
+            .get(&task.token)
+            .filter(|t| t.stopped.is_none())
+            .map(|_| TaskHandle {
+                id: task.token.clone(),
+                ..task.clone()
+            }))
+    }
     async fn fetch(
         &self,
         task: &TaskHandle,

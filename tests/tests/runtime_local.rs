@@ -48,6 +48,7 @@ fn config(policy: PolicyKind, dir: &std::path::Path, iterations: u64) -> RunConf
         poll: Duration::from_millis(100),
         remote_dir: None,
         custom_scheduler: None,
+        guards: hadar_runtime::Guards::default(),
     }
 }
 

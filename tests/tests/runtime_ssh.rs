@@ -106,6 +106,7 @@ fn run_config(
         poll: Duration::from_millis(200),
         remote_dir: Some(remote.to_path_buf()),
         custom_scheduler: None,
+        guards: hadar_runtime::Guards::default(),
     }
 }
 

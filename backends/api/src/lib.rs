@@ -326,6 +326,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Removes what the task left on its nodes (not the copies of its files
     /// the runtime fetched).
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError>;
+    /// Finds a live task by its token: `task` is the handle a launch would
+    /// have returned, less its `id` (empty). The runtime records each launch
+    /// before it makes it (write-ahead); after a crash between the launch and
+    /// the state save, this finds the task so that it is adopted, never
+    /// started twice. `None`: no live task carries the token.
+    async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError>;
     /// Copies the file `name` of the task's directory to `local` here;
     /// `false` if the task has no such file.
     async fn fetch(

@@ -141,6 +141,29 @@ fn alive(pid: u32) -> bool {
     }
 }
 
+/// The live process that leads the task with `token`: the lowest pid
+/// carrying it (a task's own children inherit its environment, and the
+/// task, their parent, started first; pids wrap, but a task's children
+/// are reaped with it).
+fn find_by_token(token: &str) -> Option<u32> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid > 1 && carries_token(pid, token) && alive(pid))
+        .filter(|&pid| leads_group(pid))
+        .min()
+}
+
+/// Whether `pid` leads its process group (every task does: it is started
+/// in a group of its own).
+fn leads_group(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().nth(2) == Some(&pid.to_string()))
+            .unwrap_or(false)
+    })
+}
+
 /// Whether process `pid` has `HADAR_TASK_TOKEN=token` in its environment.
 fn carries_token(pid: u32, token: &str) -> bool {
     let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
@@ -254,6 +277,13 @@ impl Backend for LocalBackend {
             std::fs::copy(&remote, local).map_err(|e| BackendError::io(task.node(), local, e))?;
         }
         Ok(true)
+    }
+
+    async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
+        Ok(find_by_token(&task.token).map(|pid| TaskHandle {
+            id: pid.to_string(),
+            ..task.clone()
+        }))
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {

@@ -466,6 +466,19 @@ fn ours_and_alive(task: &TaskHandle) -> Result<String, BackendError> {
     ))
 }
 
+/// A shell command that prints the pid of the live session leader (every
+/// task is one: `setsid`) whose environment carries `token`: one `grep`
+/// over every process's environment, then a check of each match.
+fn find_script(token: &str) -> Result<String, BackendError> {
+    let token = q(&format!("HADAR_TASK_TOKEN={token}"))?;
+    Ok(format!(
+        "for f in $(grep -lzxF -- {token} /proc/[0-9]*/environ 2>/dev/null); do \
+         p=${{f#/proc/}}; p=${{p%/environ}}; \
+         [ \"$(ps -o sid= -p \"$p\" 2>/dev/null | tr -d ' ')\" = \"$p\" ] && \
+         ps -o stat= -p \"$p\" 2>/dev/null | grep -q '^[^Z]' && echo \"$p\"; done; true"
+    ))
+}
+
 /// Reads what [`Inner::status_script`] printed.
 fn parse_status(out: &str) -> TaskStatus {
     let (first, log) = out.split_once('\n').unwrap_or((out, ""));
@@ -597,6 +610,20 @@ impl Backend for SshBackend {
         );
         self.run(move |b| b.fetch_blocking(&node, &remote, &local))
             .await
+    }
+
+    async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
+        let cmd = find_script(&task.token)?;
+        let node = task.node().to_string();
+        let (_, out) = self.run(move |b| b.exec(&node, &cmd)).await?;
+        Ok(out
+            .split_whitespace()
+            .filter_map(|w| w.parse::<u32>().ok())
+            .find(|&p| p > 1)
+            .map(|pid| TaskHandle {
+                id: pid.to_string(),
+                ..task.clone()
+            }))
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {

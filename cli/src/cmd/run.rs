@@ -11,7 +11,9 @@ use hadar_backend::{Backend, Signal, StopPolicy};
 use hadar_core::cluster::Cluster;
 use hadar_core::error::read_to_string;
 use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
-use hadar_runtime::{jobs::read_jobs, load_state, run as run_jobs, Event, RunConfig, RunReport};
+use hadar_runtime::{
+    jobs::read_jobs, load_state, run as run_jobs, Event, Guards, RunConfig, RunReport,
+};
 use indicatif::ProgressBar;
 
 use crate::exit::CliError;
@@ -75,9 +77,34 @@ pub struct RunArgs {
     /// slow calls, dropped progress) to watch recovery work.
     #[arg(long, value_name = "SEED")]
     pub inject_faults: Option<u64>,
+    /// Seconds a task may go without progress before it is taken for hung,
+    /// killed and its job resumed from its checkpoint (default: ten times
+    /// the longest wait between its progress reports, at least 60; 300
+    /// before its first report).
+    #[arg(long, value_name = "S")]
+    pub hang_timeout: Option<f64>,
+    /// Start over: stop the tasks of the run saved in --state and move its
+    /// files aside (to DIR.old-<time>) instead of resuming it.
+    #[arg(long)]
+    pub fresh: bool,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Stop a real run from another terminal.
+///
+/// Asks the `hadar run` using --state to stop its tasks after their
+/// checkpoints, save its state and exit (as Ctrl-C does in its own
+/// terminal), and waits until it has. The same `hadar run` command resumes.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// The run's state directory.
+    #[arg(long, default_value = "hadar-run", value_name = "DIR")]
+    pub state: PathBuf,
+    /// Seconds to wait for the run to exit (0: ask and return).
+    #[arg(long, default_value_t = 600.0, value_name = "S")]
+    pub wait: f64,
 }
 
 /// Show a real run's state (running or finished).
@@ -180,7 +207,19 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             )));
         }
     }
+    if let Some(t) = args.hang_timeout {
+        if !(t.is_finite() && (1.0..=7.0 * 86_400.0).contains(&t)) {
+            return Err(usage(format!(
+                "--hang-timeout {t}: expected seconds from 1 to a week"
+            )));
+        }
+    }
     let backend = backend(&args, &cluster, &cluster_text)?;
+    let guards = Guards {
+        hang_timeout: args.hang_timeout,
+        interrupt: on_signals()?,
+        fresh: args.fresh,
+    };
     let config = RunConfig {
         cluster,
         jobs,
@@ -192,6 +231,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         poll: Duration::from_millis(250),
         remote_dir: args.remote_dir.clone(),
         custom_scheduler: None,
+        guards,
     };
     let bars = Bars::new(!args.json);
     let job_bars: Vec<ProgressBar> = config
@@ -230,6 +270,60 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     print_report(&config, &args, &report)
 }
 
+/// SIGINT and SIGTERM: the first asks the run to stop its tasks after their
+/// checkpoints and exit; a second exits at once (code 130), leaving the
+/// tasks running and recorded, for the next `hadar run` to adopt.
+fn on_signals() -> Result<Arc<std::sync::atomic::AtomicBool>, CliError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        // The shutdown is registered first: it fires only once the flag is
+        // already set, by an earlier signal.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, flag.clone())
+            .and_then(|_| signal_hook::flag::register(sig, flag.clone()))
+            .map_err(|e| CliError::output("signal handlers", e))?;
+    }
+    Ok(flag)
+}
+
+/// Runs `hadar stop`.
+pub fn stop(args: StopArgs) -> Result<(), CliError> {
+    if !(args.wait.is_finite() && args.wait >= 0.0 && args.wait <= 86_400.0) {
+        return Err(usage(format!(
+            "--wait {}: expected seconds from 0 to a day",
+            args.wait
+        )));
+    }
+    if !hadar_runtime::request_stop(&args.state).map_err(CliError::Run)? {
+        return Err(usage(format!(
+            "no hadar run is using {} (nothing to stop); `hadar status --state {}` shows \
+             what it holds",
+            escape(&args.state.display().to_string()),
+            escape(&args.state.display().to_string())
+        )));
+    }
+    eprintln!(
+        "asked the run in {} to stop its tasks after their checkpoints",
+        escape(&args.state.display().to_string())
+    );
+    let until = std::time::Instant::now() + Duration::from_secs_f64(args.wait);
+    while std::time::Instant::now() < until {
+        if !hadar_runtime::is_running(&args.state) {
+            eprintln!("it has stopped; the same `hadar run` command resumes it");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if args.wait > 0.0 {
+        return Err(CliError::CheckFailed(format!(
+            "the run in {} has not exited after {} s; it is still stopping its tasks",
+            escape(&args.state.display().to_string()),
+            args.wait
+        )));
+    }
+    Ok(())
+}
+
 fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Result<(), CliError> {
     if args.json {
         let text = serde_json::to_string_pretty(&serde_json::json!({
@@ -237,16 +331,22 @@ fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Resul
             "jobs": report.jobs,
             "backend": report.backend,
             "already_finished": report.already_finished,
+            "finished_unix_s": report.finished_unix_s,
         }))
         .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
         println!("{text}");
         return Ok(());
     }
     if report.already_finished {
+        let ago = report
+            .finished_unix_s
+            .map(|t| format!(" {} ago", ago(hadar_runtime_now() - t)))
+            .unwrap_or_default();
         println!(
-            "this run had already finished ({}); its report follows. To run the jobs again, \
-             use another --state directory or delete this one.\n",
-            args.state.display()
+            "this run had already finished{ago} (state in {}); nothing ran, its report \
+             follows. To run the jobs again: --fresh (the old files move aside), or another \
+             --state directory.\n",
+            escape(&args.state.display().to_string())
         );
     }
     let workload = hadar_runtime::workload(config).map_err(CliError::Run)?;
@@ -258,8 +358,16 @@ fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Resul
         std::slice::from_ref(&report.result),
     );
     println!();
-    let mut t =
-        Table::new(["job", "state", "JCT s", "iterations", "accuracy", "loss"]).left_columns(2);
+    let mut t = Table::new([
+        "job",
+        "state",
+        "JCT s",
+        "iterations",
+        "lost",
+        "accuracy",
+        "loss",
+    ])
+    .left_columns(2);
     for j in &report.jobs {
         let m = |k: &str| j.metrics.get(k).map_or("-".into(), |x| format!("{x:.3}"));
         t.row([
@@ -267,12 +375,30 @@ fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Resul
             j.state.clone(),
             j.jct_s.map_or("-".into(), |x| format!("{x:.1}")),
             j.iterations.to_string(),
+            j.lost_iterations.to_string(),
             m("accuracy"),
             m("loss"),
         ]);
     }
     print!("{}", t.render());
     Ok(())
+}
+
+fn hadar_runtime_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// "3 h 2 min", "45 s".
+fn ago(s: f64) -> String {
+    let s = s.max(0.0) as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} days", s / 86_400),
+    }
 }
 
 /// Runs `hadar status`.
@@ -293,12 +419,18 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         .enumerate()
         .map(|(i, p)| {
             let js = lp.and_then(|l| l.jobs.jobs.get(i));
+            let finished = js.is_some_and(|j| j.finish_s.is_some());
+            // As the run's report counts: a finished job's checkpoint at
+            // its total (HadarE's copies together may have run more).
+            let done = js.map_or(p.held, |j| j.done_steps);
+            let held = if finished { p.held.min(done) } else { p.held };
             serde_json::json!({
                 "id": i,
                 "name": state.job_names.get(i),
-                "state": if js.is_some_and(|j| j.finish_s.is_some()) { "finished" } else { "unfinished" },
-                "iterations": js.map_or(p.held, |j| j.done_steps),
-                "checkpointed": p.held,
+                "state": if finished { "finished" } else { "unfinished" },
+                "iterations": done,
+                "checkpointed": held,
+                "lost": p.lost,
                 "finished_s": js.and_then(|j| j.finish_s),
                 "metrics": p.metrics,
             })
@@ -319,6 +451,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         "state",
         "iterations",
         "checkpointed",
+        "lost",
         "finished at s",
         "accuracy",
     ])
@@ -330,6 +463,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             s("state"),
             j["iterations"].to_string(),
             j["checkpointed"].to_string(),
+            j["lost"].to_string(),
             j["finished_s"]
                 .as_f64()
                 .map_or("-".into(), |x| format!("{x:.1}")),

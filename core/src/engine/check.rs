@@ -147,3 +147,67 @@ pub(super) fn stalled(workload: &Workload, active: &[JobId], rounds: u32) -> Err
         ),
     )
 }
+
+/// The most rounds a run may need: the loop keeps a record per round, so
+/// memory grows with them (about 200 bytes a round).
+pub const MAX_ROUNDS: f64 = 1_000_000.0;
+
+/// The latest arrival a job may have (s): about 31 years.
+pub const MAX_ARRIVAL_S: f64 = 1e9;
+
+/// Refuses, before the first round, work that cannot finish in a sane number
+/// of rounds. The estimate is a lower bound (each job at its best rate on as
+/// many copies as the cluster could hold; all the work spread over every GPU,
+/// twice over for space sharing), so nothing that could finish is refused.
+pub(super) fn affordable(workload: &Workload, round_s: f64) -> Result<()> {
+    let gpus = workload.cluster().num_gpus().max(1) as f64;
+    let mut gpu_seconds = 0.0;
+    let mut longest: Option<(f64, usize)> = None;
+    for (j, job) in workload.jobs().iter().enumerate() {
+        if job.arrival_s.is_nan() || job.arrival_s > MAX_ARRIVAL_S {
+            return Err(Error::setting(
+                "arrival",
+                format!(
+                    "job {j} (`{}`) arrives at {:e} s, beyond {MAX_ARRIVAL_S:e} s (about 31 \
+                     years): give arrivals in seconds from the start",
+                    job.job_type, job.arrival_s
+                ),
+            ));
+        }
+        let best = workload.rates_of(j).iter().copied().fold(0.0, f64::max);
+        if best <= 0.0 {
+            continue; // the scheduler's own check names jobs that cannot run
+        }
+        let gang = f64::from(job.scale_factor.max(1));
+        let alone = job.total_steps as f64 / best;
+        gpu_seconds += alone * gang;
+        let copies = (gpus / gang).floor().max(1.0);
+        let t = alone / copies;
+        if longest.is_none_or(|(l, _)| t > l) {
+            longest = Some((t, j));
+        }
+    }
+    let spread = gpu_seconds / (2.0 * gpus);
+    let (job_s, job) = longest.unwrap_or((0.0, 0));
+    let rounds = job_s.max(spread) / round_s;
+    if rounds > MAX_ROUNDS {
+        let why = if job_s >= spread {
+            let j = &workload.jobs()[job];
+            format!(
+                "job {job} (`{}`, {} steps) alone needs at least {job_s:.3e} s",
+                j.job_type, j.total_steps
+            )
+        } else {
+            format!("the jobs' work needs at least {spread:.3e} s of the whole cluster")
+        };
+        return Err(Error::setting(
+            "round_seconds",
+            format!(
+                "{why}: at least {rounds:.3e} rounds of {round_s} s, more than the {MAX_ROUNDS:e} \
+                 a run may take (each round is kept in memory); use longer rounds or fewer \
+                 steps"
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -198,7 +198,10 @@ pub async fn run_rounds(
                 "the saved state does not belong to these jobs and this cluster",
             ))
         }
-        None => LoopState::new(workload),
+        None => {
+            check::affordable(workload, settings.round_s)?;
+            LoopState::new(workload)
+        }
     };
     st.now_s = lp.executor.idle_until(st.now_s).await?;
     let mut view = View::build(workload, &st.gone, &st.measured, lp.scheduler)?;

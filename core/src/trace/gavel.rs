@@ -214,8 +214,14 @@ fn parse_number(s: &str, at: &Location, field: &str, what: &str) -> Result<f64> 
 }
 
 fn parse_steps(s: &str, at: &Location, field: &str) -> Result<u64> {
+    if let Ok(n) = s.trim().parse::<u64>() {
+        if n >= 1 {
+            return Ok(n);
+        }
+    }
     let x = parse_number(s, at, field, "a whole number of iterations >= 1")?;
-    if x < 1.0 || x.fract() != 0.0 {
+    // Above 2^64 a float would be clamped by `as`: refuse it instead.
+    if x < 1.0 || x.fract() != 0.0 || x >= 18_446_744_073_709_551_615.0 {
         return Err(Error::parse(
             at.field(field),
             format!("`{}` is not a whole number of iterations >= 1", s.trim()),

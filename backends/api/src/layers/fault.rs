@@ -213,6 +213,10 @@ impl Backend for Fault {
         self.before(&task.nodes).await?;
         self.inner.stop(task, policy).await
     }
+    async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
+        self.before(&task.nodes).await?;
+        self.inner.find(task).await
+    }
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
         self.before(&task.nodes).await?;
         self.inner.cleanup(task).await

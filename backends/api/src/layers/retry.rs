@@ -75,6 +75,9 @@ impl Backend for Retry {
     ) -> Result<TaskStatus, BackendError> {
         self.call(|| self.inner.stop(task, policy)).await
     }
+    async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
+        self.call(|| self.inner.find(task)).await
+    }
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
         self.call(|| self.inner.cleanup(task)).await
     }

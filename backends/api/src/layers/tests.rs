@@ -71,6 +71,9 @@ impl Backend for Memory {
     async fn cleanup(&self, _: &TaskHandle) -> Result<(), BackendError> {
         Ok(())
     }
+    async fn find(&self, _: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
+        Ok(None)
+    }
     async fn fetch(&self, _: &TaskHandle, _: &str, _: &Path) -> Result<bool, BackendError> {
         Ok(false)
     }

@@ -74,6 +74,10 @@ impl Backend for Timeout {
         self.call(task.node(), "stop", limit, self.inner.stop(task, policy))
             .await
     }
+    async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
+        self.call(task.node(), "find", self.limit, self.inner.find(task))
+            .await
+    }
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
         self.call(task.node(), "cleanup", self.limit, self.inner.cleanup(task))
             .await

@@ -1,0 +1,157 @@
+//! Who controls a state directory: one `hadar run` at a time (an advisory
+//! lock on `DIR/lock`, released by the kernel however the run ends), a stop
+//! asked from another terminal (`DIR/stop-request`, written by `hadar stop`),
+//! and starting over (`--fresh`: the old run's files moved aside, never
+//! deleted).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::state::io;
+use crate::RunError;
+
+/// Held while a run owns its state directory.
+#[derive(Debug)]
+pub(crate) struct Lock(#[allow(dead_code)] Flock<File>);
+
+fn lock_path(dir: &Path) -> PathBuf {
+    dir.join("lock")
+}
+
+/// The file `hadar stop` writes to ask the run in `dir` to stop.
+pub fn stop_request_path(dir: &Path) -> PathBuf {
+    dir.join("stop-request")
+}
+
+/// Takes `dir` for this run, or says which process holds it.
+pub(crate) fn lock(dir: &Path) -> Result<Lock, RunError> {
+    let path = lock_path(dir);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io(&path, e))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => {
+            // The holder's pid, for the error another run would print.
+            let _ = std::fs::write(&path, std::process::id().to_string());
+            Ok(Lock(lock))
+        }
+        Err((_, Errno::EWOULDBLOCK)) => Err(RunError::Busy {
+            dir: dir.to_path_buf(),
+            pid: std::fs::read_to_string(&path).unwrap_or_default(),
+        }),
+        Err((_, e)) => Err(io(&path, e.into())),
+    }
+}
+
+/// Whether a run holds `dir` now.
+pub fn is_running(dir: &Path) -> bool {
+    let Ok(file) = File::open(lock_path(dir)) else {
+        return false;
+    };
+    matches!(
+        Flock::lock(file, FlockArg::LockSharedNonblock),
+        Err((_, Errno::EWOULDBLOCK))
+    )
+}
+
+/// Asks the run holding `dir` to stop its tasks after their checkpoints and
+/// exit; `false` if no run holds it (nothing is written then).
+pub fn request_stop(dir: &Path) -> Result<bool, RunError> {
+    if !is_running(dir) {
+        return Ok(false);
+    }
+    let path = stop_request_path(dir);
+    std::fs::write(&path, std::process::id().to_string()).map_err(|e| io(&path, e))?;
+    Ok(true)
+}
+
+/// Whether a stop was asked.
+pub(crate) fn stop_requested(dir: &Path) -> bool {
+    stop_request_path(dir).exists()
+}
+
+/// Forgets a stop asked of an earlier run (it stopped, or crashed first).
+pub(crate) fn clear_stop_request(dir: &Path) -> Result<(), RunError> {
+    let path = stop_request_path(dir);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&path, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Moves everything in `dir` but the lock into a sibling `DIR.old-<time>`;
+/// returns that directory (`None` if there was nothing to move).
+pub(crate) fn set_aside(dir: &Path, unix_s: u64) -> Result<Option<PathBuf>, RunError> {
+    let entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| io(dir, e))?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() != "lock")
+        .collect();
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    let mut name = dir.as_os_str().to_owned();
+    name.push(format!(".old-{unix_s}"));
+    let aside = PathBuf::from(name);
+    std::fs::create_dir_all(&aside).map_err(|e| io(&aside, e))?;
+    for e in entries {
+        let to = aside.join(e.file_name());
+        std::fs::rename(e.path(), &to).map_err(|err| io(&e.path(), err))?;
+    }
+    Ok(Some(aside))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_is_refused_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = lock(dir.path()).unwrap();
+        assert!(is_running(dir.path()));
+        match lock(dir.path()) {
+            Err(RunError::Busy { pid, .. }) => assert_eq!(pid, std::process::id().to_string()),
+            other => panic!("expected Busy, got {other:?}"),
+        }
+        drop(first);
+        assert!(!is_running(dir.path()));
+        lock(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_stop_is_asked_only_of_a_live_run() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!request_stop(dir.path()).unwrap());
+        assert!(!stop_requested(dir.path()));
+        let _held = lock(dir.path()).unwrap();
+        assert!(request_stop(dir.path()).unwrap());
+        assert!(stop_requested(dir.path()));
+        clear_stop_request(dir.path()).unwrap();
+        assert!(!stop_requested(dir.path()));
+    }
+
+    #[test]
+    fn set_aside_keeps_every_file_but_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir_all(run.join("jobs/0")).unwrap();
+        std::fs::write(run.join("state.json"), "{}").unwrap();
+        std::fs::write(run.join("jobs/0/latest.safetensors"), "x").unwrap();
+        let _held = lock(&run).unwrap();
+        let aside = set_aside(&run, 42).unwrap().unwrap();
+        assert_eq!(aside, dir.path().join("run.old-42"));
+        assert!(aside.join("state.json").is_file());
+        assert!(aside.join("jobs/0/latest.safetensors").is_file());
+        let left: Vec<_> = std::fs::read_dir(&run).unwrap().collect();
+        assert_eq!(left.len(), 1, "only the lock stays");
+        assert_eq!(set_aside(&run, 43).unwrap(), None);
+    }
+}
