@@ -183,6 +183,46 @@ fn bad_inputs_name_the_place_and_exit_3() {
     );
 }
 
+/// Work that cannot finish in a sane number of rounds is refused before the
+/// first round, with the reason; numbers too large are refused, never
+/// clamped.
+#[test]
+fn work_beyond_reason_is_refused_not_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let line = |steps: &str, arrival: &str| {
+        format!("A3C\tpython3 main.py\t.\t--steps\t0\t{steps}\t1\t1\t-1\t{arrival}\n")
+    };
+    let cases = [
+        ("huge.trace", line("1000000000000000", "0"), "rounds"),
+        ("late.trace", line("100", "1e300"), "arrives at"),
+        (
+            "over.trace",
+            line("99999999999999999999999", "0"),
+            "total_steps",
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        let o = hadar(&["simulate", "--trace", path.to_str().expect("utf-8")]);
+        assert_eq!(o.status.code(), Some(3), "{name}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{name}: {}", stderr(&o));
+    }
+    let over = dir.path().join("over.trace");
+    let o = hadar(&["trace", "check", "--trace", over.to_str().expect("utf-8")]);
+    assert_ne!(o.status.code(), Some(0), "trace check refuses it too");
+    for r in ["1e-300", "1e-3"] {
+        let o = hadar(&["simulate", "--round-seconds", r, "--policy", "fifo_perf"]);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "--round-seconds {r}: {}",
+            stderr(&o)
+        );
+        assert!(stderr(&o).contains("rounds of"), "{}", stderr(&o));
+    }
+}
+
 #[test]
 fn own_throughput_table_and_cluster_file() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -222,7 +222,11 @@ impl RealRounds<'_> {
                 let latest = latest(&self.config.state_dir, *job);
                 p.step = hadar_checkpoint::read_step(&latest).ok().flatten();
             }
-            if p.held >= self.config.jobs[*job as usize].iterations {
+            // A checkpoint whose own step is the total is a finished model,
+            // whatever the bookkeeping says (a task that resumed from a
+            // checkpoint deleted under it carried the work on).
+            let total = self.config.jobs[*job as usize].iterations;
+            if p.held >= total || p.step.is_some_and(|s| s >= total) {
                 p.complete = true;
             }
             if banked < did {
@@ -381,6 +385,11 @@ impl RealRounds<'_> {
     /// said loudly, and counted as lost.
     fn check_checkpoints(&mut self, plan: &RoundPlan, ledger: &mut Ledger) {
         for t in &plan.tasks {
+            // A running task of the job loaded the checkpoint before it went:
+            // it carries the work on, and its checkpoint replaces it.
+            if self.state.running.iter().any(|r| r.job == t.job.0) {
+                continue;
+            }
             let p = &mut self.state.jobs[t.job.index()];
             if p.held > 0 && !p.complete && !latest(&self.config.state_dir, t.job.0).is_file() {
                 ledger.warnings.push(format!(

@@ -502,3 +502,26 @@ fn outcomes(config: &RunConfig, state: &RunState, result: &RunResult) -> Vec<Job
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hang_limits_follow_the_task_s_own_pace_unless_set() {
+        let auto = Guards::default();
+        assert_eq!(
+            hang_limit(&auto, false, 0.0),
+            300.0,
+            "before a first report"
+        );
+        assert_eq!(hang_limit(&auto, true, 1.0), 60.0, "at least a minute");
+        assert_eq!(hang_limit(&auto, true, 30.0), 300.0, "ten report gaps");
+        let set = Guards {
+            hang_timeout: Some(5.0),
+            ..Guards::default()
+        };
+        assert_eq!(hang_limit(&set, false, 0.0), 5.0);
+        assert_eq!(hang_limit(&set, true, 30.0), 5.0);
+    }
+}

@@ -179,3 +179,63 @@ pub(crate) fn copy_atomic(from: &Path, to: &Path) -> Result<(), RunError> {
     std::fs::copy(from, &tmp).map_err(|e| io(from, e))?;
     std::fs::rename(&tmp, to).map_err(|e| io(to, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(jobs: usize) -> RunState {
+        RunState {
+            run_id: "r".into(),
+            started_unix_s: 0.0,
+            jobs_fingerprint: String::new(),
+            job_names: vec!["a".into(); jobs],
+            jobs: vec![JobProgress::default(); jobs],
+            running: vec![],
+            launching: vec![],
+            loop_state: None,
+            finished: false,
+            finished_unix_s: None,
+        }
+    }
+
+    fn task(job: u32, nodes: Vec<String>) -> Running {
+        Running {
+            job,
+            copy: 0,
+            gpus: vec![],
+            handle: hadar_backend::TaskHandle {
+                id: "7".into(),
+                nodes,
+                workdir: "/w".into(),
+                token: "t".into(),
+            },
+            iterations: 0,
+            started_s: 0.0,
+            progress_s: 0.0,
+            gap_s: 0.0,
+            base_step: None,
+        }
+    }
+
+    /// Every id from the file is checked before use: a job id out of range
+    /// or a task without a node is an error that says what, not a panic.
+    #[test]
+    fn ids_out_of_range_are_refused() {
+        let path = Path::new("/s/state.json");
+        assert!(state(2).check(path, 2).is_ok());
+        let err = state(2).check(path, 3).unwrap_err().to_string();
+        assert!(
+            err.contains("records 2 jobs") && err.contains("--fresh"),
+            "{err}"
+        );
+        let mut s = state(2);
+        s.running.push(task(9, vec!["n".into()]));
+        let err = s.check(path, 2).unwrap_err().to_string();
+        assert!(err.contains("a task of job 9 (there are 2 jobs)"), "{err}");
+        let mut s = state(2);
+        s.launching.push(task(1, vec![]));
+        let err = s.check(path, 2).unwrap_err().to_string();
+        assert!(err.contains("has no node"), "{err}");
+    }
+}

@@ -203,9 +203,14 @@ pub(super) fn affordable(workload: &Workload, round_s: f64) -> Result<()> {
         return Err(Error::setting(
             "round_seconds",
             format!(
-                "{why}: at least {rounds:.3e} rounds of {round_s} s, more than the {MAX_ROUNDS:e} \
+                "{why}: at least {rounds:.3e} rounds of {} s, more than the {MAX_ROUNDS:e} \
                  a run may take (each round is kept in memory); use longer rounds or fewer \
-                 steps"
+                 steps",
+                if (1e-2..1e6).contains(&round_s) {
+                    round_s.to_string()
+                } else {
+                    format!("{round_s:e}")
+                }
             ),
         ));
     }

@@ -1,0 +1,377 @@
+//! The fault campaign: `hadar run` of examples/local, twenty times, under
+//! `hadar` and `hadare`, with the orchestrator killed -9 at seeded random
+//! moments (some of them exactly between a task's spawn and the state save,
+//! through the test-only `HADAR_TEST_CRASH_AT` hook) and trainers killed -9
+//! or SIGSTOPped at random. Each run is then resumed with the same command
+//! until it completes. Checked, for every run:
+//! - it completes, every job finished with the example's accuracy;
+//! - no (job, copy) ever has two live tasks (sampled from /proc every 20 ms
+//!   for the whole run, across the kills);
+//! - every finished job's collected checkpoint holds its total iterations
+//!   (`hadar`: the checkpoint's own `step` is the total; `hadare`: the
+//!   copies' steps, merged, add up to at least the total);
+//! - no task of the run is left alive at the end.
+//!
+//! The same campaign, shorter (4 runs), over SSH on the test hosts
+//! (`scripts/ssh-hosts.sh up`), with the `Fault` layer (`--inject-faults`)
+//! dropping a host, failing launches and dropping progress reports. A task
+//! on a host the run dropped is out of its reach (on a real cluster, behind
+//! a partition): it is left out of the duplicate count, and counted as
+//! stranded.
+//!
+//! `HADAR_CAMPAIGN_RUNS` changes the number of local runs (default 20).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{binaries, host_net, jobs_file, signal, tasks_of, Task};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// splitmix64: a seeded stream, enough for picking fault moments.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn secs(&mut self, lo: f64, hi: f64) -> Duration {
+        Duration::from_secs_f64(lo + (hi - lo) * (self.below(10_000) as f64 / 10_000.0))
+    }
+}
+
+/// Where a campaign's runs go.
+struct Setup {
+    /// The cluster file.
+    cluster: PathBuf,
+    /// More `hadar run` arguments (the backend, its faults).
+    args: Vec<String>,
+    /// Where the tasks' directories go (`--remote-dir`; none: the state).
+    remote: Option<PathBuf>,
+    /// How many times the orchestrator may be killed per run.
+    faulty_attempts: u32,
+}
+
+#[derive(Default, Debug)]
+struct Counts {
+    hosts_dropped: u32,
+    stranded: u32,
+    orchestrator_kills: u32,
+    crash_hook_kills: u32,
+    trainer_kills: u32,
+    trainer_stops: u32,
+    attempts: u32,
+    max_live_per_task: usize,
+}
+
+/// One run of the campaign; returns what was done to it.
+/// Samples taken while a run goes: the tasks of each (job, copy) seen live
+/// together more than once, with their namespaces (judged at the end, when
+/// the hosts the run dropped are known); the most seen of any.
+type Crowds = Vec<((String, String), Vec<u64>)>;
+
+fn campaign_run(seed: u64, policy: &str, setup: &Setup, hadar: &Path, trainer: &Path) -> Counts {
+    let mut rng = Rng(seed.wrapping_mul(7919).wrapping_add(1));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = jobs_file(dir.path(), trainer);
+    let state = dir.path().join("state");
+    let task_root = setup.remote.clone().unwrap_or_else(|| state.clone());
+    let cluster = setup.cluster.clone();
+    let mut counts = Counts::default();
+    // The sampler: live tasks per (job, copy) across the whole run.
+    let done = Arc::new(AtomicBool::new(false));
+    let crowds: Arc<Mutex<Crowds>> = Arc::default();
+    let seen: Arc<Mutex<BTreeMap<(String, String), usize>>> = Arc::default();
+    let sampler = {
+        let (done, crowds, seen, root) = (
+            done.clone(),
+            crowds.clone(),
+            seen.clone(),
+            task_root.clone(),
+        );
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let mut groups: HashMap<(String, String), BTreeMap<u32, u64>> = HashMap::new();
+                for t in tasks_of(&root) {
+                    groups.entry(t.key).or_default().insert(t.group, t.net);
+                }
+                let now = groups
+                    .into_iter()
+                    .map(|(k, g)| (k, g.into_values().collect::<Vec<u64>>()));
+                let mut s = seen.lock().expect("lock");
+                for (k, nets) in now {
+                    let e = s.entry(k.clone()).or_default();
+                    *e = (*e).max(nets.len());
+                    if nets.len() > 1 {
+                        crowds.lock().expect("lock").push((k, nets));
+                    }
+                }
+                drop(s);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let started = Instant::now();
+    let last = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "seed {seed} ({policy}): not finished after 300 s ({counts:?})"
+        );
+        counts.attempts += 1;
+        let faulty = counts.attempts <= setup.faulty_attempts;
+        let mut cmd = Command::new(hadar);
+        cmd.args(["run", "--cluster"])
+            .arg(&cluster)
+            .arg("--jobs")
+            .arg(&jobs)
+            .arg("--state")
+            .arg(&state)
+            .args(["--policy", policy, "--round-seconds", "1", "--grace", "2"])
+            .args(["--hang-timeout", "3", "--json"])
+            .args(&setup.args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let hook = faulty && rng.below(4) == 0;
+        if hook {
+            cmd.env(
+                "HADAR_TEST_CRASH_AT",
+                format!("launched:{}", 1 + rng.below(4)),
+            );
+        }
+        let mut child = cmd.spawn().expect("spawn hadar");
+        let kill_at = (faulty && !hook && rng.below(3) != 0).then(|| rng.secs(0.2, 5.0));
+        let trainer_fault = (faulty && rng.below(2) == 0).then(|| (rng.secs(0.5, 4.0), rng.next()));
+        let pid = child.id();
+        let t0 = Instant::now();
+        let mut trainer_fault = trainer_fault;
+        let mut killed = false;
+        // Faults while it runs.
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                let _ = status;
+                break;
+            }
+            if let Some((at, pick)) = trainer_fault {
+                if t0.elapsed() >= at {
+                    let live: Vec<Task> = tasks_of(&task_root)
+                        .into_iter()
+                        .filter(|t| t.trainer && !t.stopped)
+                        .collect();
+                    if !live.is_empty() {
+                        let t = &live[(pick % live.len() as u64) as usize];
+                        if pick % 2 == 0 {
+                            signal(t.pid, "-KILL");
+                            counts.trainer_kills += 1;
+                        } else {
+                            signal(t.pid, "-STOP");
+                            counts.trainer_stops += 1;
+                        }
+                    }
+                    trainer_fault = None;
+                }
+            }
+            if kill_at.is_some_and(|at| t0.elapsed() >= at) && !killed {
+                signal(pid, "-KILL");
+                killed = true;
+                counts.orchestrator_kills += 1;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let out = child.wait_with_output().expect("output");
+        if out.status.success() {
+            break out;
+        }
+        if hook && out.status.code().is_none() {
+            counts.crash_hook_kills += 1;
+        } else if !killed {
+            panic!(
+                "seed {seed} ({policy}): hadar failed without being killed: {:?}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    done.store(true, Ordering::SeqCst);
+    sampler.join().expect("sampler");
+    let text = String::from_utf8_lossy(&last.stdout);
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("seed {seed}: report is not JSON ({e}): {text}"));
+    let spec = std::fs::read_to_string(&jobs).expect("jobs");
+    let totals: Vec<u64> = spec
+        .lines()
+        .filter_map(|l| l.strip_prefix("iterations = "))
+        .map(|n| n.parse().expect("iterations"))
+        .collect();
+    let report_jobs = v["jobs"].as_array().expect("jobs");
+    assert_eq!(report_jobs.len(), totals.len());
+    for (i, j) in report_jobs.iter().enumerate() {
+        assert_eq!(j["state"], "finished", "seed {seed} ({policy}): {j}");
+        assert!(
+            j["accuracy"].as_f64().expect("accuracy") >= 0.9,
+            "seed {seed} ({policy}): {j}"
+        );
+        assert_eq!(
+            j["iterations"].as_u64(),
+            Some(totals[i]),
+            "seed {seed}: {j}"
+        );
+        let latest = state.join(format!("jobs/{i}/latest.safetensors"));
+        let step = hadar_checkpoint::read_step(&latest)
+            .expect("checkpoint")
+            .expect("a step");
+        if policy == "hadar" {
+            assert_eq!(step, totals[i], "seed {seed}: job {i}'s checkpoint");
+        } else {
+            assert!(
+                step > 0,
+                "seed {seed}: job {i}'s checkpoint holds step {step}"
+            );
+        }
+    }
+    // Hosts the run dropped are out of its reach: their tasks are left out.
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("state.json")).expect("state"))
+            .expect("state JSON");
+    let gone: Vec<u64> = saved["loop_state"]["gone"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|n| n.as_str()).map(host_net).collect())
+        .unwrap_or_default();
+    counts.hosts_dropped = gone.len() as u32;
+    let crowds = crowds.lock().expect("lock").clone();
+    let twice: Vec<_> = crowds
+        .iter()
+        .filter(|(_, nets)| nets.iter().filter(|n| !gone.contains(n)).count() > 1)
+        .collect();
+    counts.max_live_per_task = seen
+        .lock()
+        .expect("lock")
+        .values()
+        .copied()
+        .max()
+        .unwrap_or(0);
+    assert!(
+        twice.is_empty(),
+        "seed {seed} ({policy}): two live tasks of one (job, copy): {:?}",
+        &twice[..twice.len().min(5)]
+    );
+    let left = tasks_of(&task_root);
+    for t in &left {
+        signal(t.pid, "-KILL");
+    }
+    let (stranded, abandoned): (Vec<&Task>, Vec<&Task>) =
+        left.iter().partition(|t| gone.contains(&t.net));
+    counts.stranded = stranded.len() as u32;
+    assert!(
+        abandoned.is_empty(),
+        "seed {seed} ({policy}): {} tasks left alive after the run completed",
+        abandoned.len()
+    );
+    counts
+}
+
+fn add(total: &mut Counts, c: &Counts) {
+    total.orchestrator_kills += c.orchestrator_kills;
+    total.crash_hook_kills += c.crash_hook_kills;
+    total.trainer_kills += c.trainer_kills;
+    total.trainer_stops += c.trainer_stops;
+    total.attempts += c.attempts;
+    total.stranded += c.stranded;
+    total.hosts_dropped += c.hosts_dropped;
+    total.max_live_per_task = total.max_live_per_task.max(c.max_live_per_task);
+}
+
+#[test]
+fn twenty_runs_under_faults_lose_and_duplicate_nothing() {
+    let (hadar, trainer) = binaries();
+    let runs: u64 = std::env::var("HADAR_CAMPAIGN_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let setup = Setup {
+        cluster: Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"),
+        args: vec![],
+        remote: None,
+        faulty_attempts: 3,
+    };
+    let mut total = Counts::default();
+    let started = Instant::now();
+    for seed in 0..runs {
+        let policy = if seed % 2 == 0 { "hadar" } else { "hadare" };
+        let c = campaign_run(seed, policy, &setup, hadar, &trainer);
+        eprintln!("local run {seed} ({policy}): {c:?}");
+        add(&mut total, &c);
+    }
+    eprintln!(
+        "local campaign: {runs} runs in {:.0} s, all completed: {total:?}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        runs < 10 || (total.orchestrator_kills > 0 && total.crash_hook_kills > 0),
+        "the campaign placed no kill: {total:?}"
+    );
+}
+
+#[test]
+fn runs_over_ssh_with_a_host_dropped_lose_and_duplicate_nothing() {
+    let (hadar, trainer) = binaries();
+    let ssh = PathBuf::from(
+        std::env::var("HADAR_SSH_DIR").unwrap_or_else(|_| "/var/lib/hadar-test-ssh".into()),
+    );
+    assert!(
+        ssh.join("sshd_h1.pid").is_file(),
+        "the SSH test hosts are not up: run `sudo scripts/ssh-hosts.sh up`"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = dir.path().join("cluster.toml");
+    std::fs::write(
+        &cluster,
+        format!(
+            "[backend.ssh]\nuser = \"root\"\nkey = \"{}\"\nknown_hosts = \"{}\"\n\n\
+             [[node]]\nname = \"h1\"\naddress = \"10.78.0.11\"\ngpus = {{ v100 = 2 }}\n\n\
+             [[node]]\nname = \"h2\"\naddress = \"10.78.0.12\"\ngpus = {{ k80 = 2 }}\n\n\
+             [[node]]\nname = \"h3\"\naddress = \"10.78.0.13\"\ngpus = {{ k80 = 2 }}\n",
+            ssh.join("id_ed25519").display(),
+            ssh.join("known_hosts").display()
+        ),
+    )
+    .expect("cluster");
+    let mut total = Counts::default();
+    let started = Instant::now();
+    for seed in 0..4u64 {
+        let remote = tempfile::tempdir().expect("tempdir");
+        let setup = Setup {
+            cluster: cluster.clone(),
+            args: vec![
+                "--backend".into(),
+                "ssh".into(),
+                "--remote-dir".into(),
+                remote.path().display().to_string(),
+                "--inject-faults".into(),
+                seed.to_string(),
+            ],
+            remote: Some(remote.path().to_path_buf()),
+            faulty_attempts: 2,
+        };
+        let policy = if seed % 2 == 0 { "hadar" } else { "hadare" };
+        let c = campaign_run(100 + seed, policy, &setup, hadar, &trainer);
+        eprintln!("ssh run {seed} ({policy}): {c:?}");
+        add(&mut total, &c);
+    }
+    eprintln!(
+        "ssh campaign: 4 runs in {:.0} s, all completed: {total:?}",
+        started.elapsed().as_secs_f64()
+    );
+}

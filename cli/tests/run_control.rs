@@ -1,0 +1,233 @@
+//! A real run as a user steers it: Ctrl-C and `hadar stop` stop the tasks
+//! after their checkpoints and the same command resumes; a second `hadar
+//! run` on the same state is refused; `--fresh` starts over after stopping
+//! the old run's tasks; a deleted checkpoint is said and counted; a
+//! finished run says so.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{binaries, jobs_file, signal, tasks_of};
+
+struct Run {
+    _dir: tempfile::TempDir,
+    jobs: PathBuf,
+    state: PathBuf,
+}
+
+impl Run {
+    fn new() -> Self {
+        let (_, trainer) = binaries();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let jobs = jobs_file(dir.path(), &trainer);
+        let state = dir.path().join("state");
+        Run {
+            _dir: dir,
+            jobs,
+            state,
+        }
+    }
+
+    fn command(&self, extra: &[&str]) -> Command {
+        let (hadar, _) = binaries();
+        let mut c = Command::new(hadar);
+        c.args(["run", "--cluster"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"))
+            .arg("--jobs")
+            .arg(&self.jobs)
+            .arg("--state")
+            .arg(&self.state)
+            .args(["--round-seconds", "1", "--grace", "3", "--json"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    fn start(&self, extra: &[&str]) -> Child {
+        self.command(extra).spawn().expect("spawn hadar")
+    }
+
+    fn finish(&self, extra: &[&str]) -> Output {
+        self.command(extra).output().expect("run hadar")
+    }
+
+    /// Waits until the run has tasks running (as its state says).
+    fn wait_for_tasks(&self) {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(30) {
+            if !tasks_of(&self.state).is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no task started within 30 s");
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn report(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "{:?}\n{}", o.status, text(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("JSON report")
+}
+
+fn all_finished(v: &serde_json::Value) {
+    for j in v["jobs"].as_array().expect("jobs") {
+        assert_eq!(j["state"], "finished", "{j}");
+        assert!(j["accuracy"].as_f64().expect("accuracy") >= 0.9, "{j}");
+    }
+}
+
+#[test]
+fn ctrl_c_stops_the_tasks_after_their_checkpoints_and_the_run_resumes() {
+    let run = Run::new();
+    let child = run.start(&[]);
+    run.wait_for_tasks();
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(child.id(), "-INT");
+    let o = child.wait_with_output().expect("wait");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(8), "{err}");
+    assert!(err.contains("stopped on request"), "{err}");
+    assert!(err.contains("task(s) after their checkpoints"), "{err}");
+    assert!(err.contains("the same command resumes"), "{err}");
+    assert!(tasks_of(&run.state).is_empty(), "no task is left running");
+    let v = report(&run.finish(&[]));
+    all_finished(&v);
+    // Stopped tasks left checkpoints: nothing was lost.
+    for j in v["jobs"].as_array().expect("jobs") {
+        assert_eq!(j["lost_iterations"], 0, "{j}");
+    }
+}
+
+#[test]
+fn hadar_stop_stops_a_run_from_another_terminal_and_a_second_run_is_refused() {
+    let run = Run::new();
+    let child = run.start(&[]);
+    run.wait_for_tasks();
+    // The state directory is this run's: a second one is refused, and
+    // touches nothing.
+    let second = run.finish(&[]);
+    assert_eq!(second.status.code(), Some(7), "{}", text(&second.stderr));
+    assert!(
+        text(&second.stderr).contains("in use by another hadar run"),
+        "{}",
+        text(&second.stderr)
+    );
+    let (hadar, _) = binaries();
+    let stop = Command::new(hadar)
+        .args(["stop", "--state"])
+        .arg(&run.state)
+        .output()
+        .expect("hadar stop");
+    assert!(stop.status.success(), "{}", text(&stop.stderr));
+    assert!(text(&stop.stderr).contains("it has stopped"));
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o.stderr));
+    assert!(tasks_of(&run.state).is_empty(), "no task is left running");
+    // Nothing to stop now.
+    let again = Command::new(hadar)
+        .args(["stop", "--state"])
+        .arg(&run.state)
+        .output()
+        .expect("hadar stop");
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again.stderr).contains("no hadar run is using"));
+    all_finished(&report(&run.finish(&[])));
+}
+
+#[test]
+fn fresh_stops_the_old_tasks_and_starts_over() {
+    let run = Run::new();
+    let mut child = run.start(&[]);
+    run.wait_for_tasks();
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    let orphans = tasks_of(&run.state);
+    assert!(!orphans.is_empty(), "the killed run's tasks run on");
+    let o = run.finish(&["--fresh"]);
+    let v = report(&o);
+    all_finished(&v);
+    for t in &orphans {
+        assert!(
+            !Path::new(&format!("/proc/{}", t.pid)).exists()
+                || std::fs::read_to_string(format!("/proc/{}/stat", t.pid))
+                    .is_ok_and(|s| s.contains(") Z")),
+            "the old run's task {} was stopped",
+            t.pid
+        );
+    }
+    let aside: Vec<_> = std::fs::read_dir(run.state.parent().expect("parent"))
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("state.old-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "the old run's files are kept aside");
+    assert!(aside[0].path().join("state.json").is_file());
+    // The old run's jobs did not count in the new one.
+    assert!(
+        text(&o.stderr).contains("--fresh: stopped"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn a_deleted_checkpoint_is_said_and_counted_and_a_finished_run_says_so() {
+    let run = Run::new();
+    let mut child = run.start(&[]);
+    // Until some job has a collected checkpoint.
+    let t0 = Instant::now();
+    let jobs = run.state.join("jobs");
+    while !std::fs::read_dir(&jobs).is_ok_and(|d| d.count() > 0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no checkpoint in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    let mut deleted = 0;
+    for e in std::fs::read_dir(&jobs).expect("jobs").flatten() {
+        if std::fs::remove_file(e.path().join("latest.safetensors")).is_ok() {
+            deleted += 1;
+        }
+    }
+    assert!(deleted > 0);
+    let o = run.finish(&[]);
+    let v = report(&o);
+    all_finished(&v);
+    let lost: u64 = v["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["lost_iterations"].as_u64().expect("lost"))
+        .sum();
+    let err = text(&o.stderr);
+    assert!(lost > 0, "the deleted work is counted: {v}");
+    assert!(err.contains("is gone from"), "{err}");
+    // Run again: nothing runs, and it says so.
+    let (hadar, _) = binaries();
+    let again = Command::new(hadar)
+        .args(["run", "--cluster"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"))
+        .arg("--jobs")
+        .arg(&run.jobs)
+        .arg("--state")
+        .arg(&run.state)
+        .output()
+        .expect("run again");
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let out = text(&again.stdout);
+    assert!(out.contains("this run had already finished"), "{out}");
+    assert!(out.contains(" ago"), "{out}");
+    assert!(out.contains("--fresh"), "{out}");
+    let _ = signal; // (used by the other tests)
+}
