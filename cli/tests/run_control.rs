@@ -231,3 +231,48 @@ fn a_deleted_checkpoint_is_said_and_counted_and_a_finished_run_says_so() {
     assert!(out.contains("--fresh"), "{out}");
     let _ = signal; // (used by the other tests)
 }
+
+/// With the default, relative `--state hadar-run`, tasks (which run in
+/// directories of their own) get absolute paths: their checkpoints are
+/// collected, and rescheduled jobs resume from them.
+#[test]
+fn the_default_relative_state_directory_keeps_every_checkpoint() {
+    let (hadar, trainer) = binaries();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = jobs_file(dir.path(), &trainer);
+    let o = Command::new(hadar)
+        .current_dir(dir.path())
+        .args(["run", "--cluster"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"))
+        .arg("--jobs")
+        .arg(&jobs)
+        .args(["--round-seconds", "1", "--json"])
+        .output()
+        .expect("run hadar");
+    let v = report(&o);
+    all_finished(&v);
+    let state = dir.path().join("hadar-run");
+    let tasks: Vec<PathBuf> = std::fs::read_dir(state.join("tasks"))
+        .expect("task directories")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(
+        tasks.iter().all(|t| !t.join("hadar-run").exists()),
+        "no checkpoint directory nested under a task's own"
+    );
+    let resumed = tasks
+        .iter()
+        .filter(|t| t.join("resume.safetensors").is_file())
+        .count();
+    assert!(
+        resumed > 0,
+        "rescheduled jobs resumed from their checkpoints"
+    );
+    for (i, j) in v["jobs"].as_array().expect("jobs").iter().enumerate() {
+        let step = hadar_checkpoint::read_step(&state.join(format!("jobs/{i}/latest.safetensors")))
+            .expect("checkpoint")
+            .expect("step");
+        assert_eq!(Some(step), j["iterations"].as_u64(), "{j}");
+        assert_eq!(j["lost_iterations"], 0, "{j}");
+    }
+}
