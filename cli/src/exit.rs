@@ -33,6 +33,9 @@ pub enum CliError {
     /// A command-line value that clap could not check by itself.
     #[error("{0}")]
     Usage(String),
+    /// An input (a file, what it names) that is wrong: exit 3.
+    #[error("{0}")]
+    Input(String),
     /// A check ran and failed.
     #[error("{0}")]
     CheckFailed(String),
@@ -65,6 +68,7 @@ impl CliError {
                 _ => EXIT_RUN,
             },
             Self::Usage(_) => 2,
+            Self::Input(_) => EXIT_INPUT,
             Self::CheckFailed(_) => EXIT_CHECK_FAILED,
             Self::Output { .. } => EXIT_OUTPUT,
         }

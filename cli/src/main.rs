@@ -50,6 +50,22 @@ enum Command {
     Run(cmd::run::RunArgs),
     Status(cmd::run::StatusArgs),
     Stop(cmd::run::StopArgs),
+    Completions(CompletionsArgs),
+}
+
+/// Print a shell completion script.
+///
+/// Example (bash):
+///
+///   hadar completions bash > ~/.local/share/bash-completion/completions/hadar
+///
+///   # zsh: hadar completions zsh > "${fpath[1]}/_hadar"
+///   # fish: hadar completions fish > ~/.config/fish/completions/hadar.fish
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+struct CompletionsArgs {
+    /// The shell.
+    shell: clap_complete::Shell,
 }
 
 fn main() -> ExitCode {
@@ -64,6 +80,16 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Status(args) => cmd::run::status(args),
         Command::Stop(args) => cmd::run::stop(args),
+        Command::Completions(args) => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                args.shell,
+                &mut Cli::command(),
+                "hadar",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -47,6 +47,65 @@ fn simulate_with_no_arguments_prints_the_comparison() {
     assert!(fifo.contains("52.81") && fifo.contains("27.50"), "{fifo}");
 }
 
+/// README's "What it prints" is what `hadar simulate` prints (all but the
+/// wall-clock column): it cannot go stale unnoticed.
+#[test]
+fn readme_sample_output_is_what_simulate_prints() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README");
+    let section = readme
+        .split("## What it prints")
+        .nth(1)
+        .expect("README has a What it prints section");
+    let sample = section
+        .split("```")
+        .nth(1)
+        .expect("a code block")
+        .trim_start_matches('\n');
+    let o = hadar(&["simulate"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    // The last column of a policy's row is its wall time: it varies.
+    let comparable = |text: &str| -> Vec<String> {
+        let mut rows = false;
+        text.lines()
+            .map(|l| {
+                let l = l.trim_end();
+                let line = if rows {
+                    l.rsplit_once(' ').map_or(l, |(head, _)| head).trim_end()
+                } else {
+                    l
+                };
+                rows |= l.starts_with("----");
+                line.to_string()
+            })
+            .filter(|l| !l.is_empty())
+            .collect()
+    };
+    assert_eq!(
+        comparable(sample),
+        comparable(&out),
+        "README.md's sample output is stale: paste `hadar simulate`'s output into it"
+    );
+}
+
+#[test]
+fn shell_completions_know_the_subcommands() {
+    let o = hadar(&["completions", "bash"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for sub in ["simulate", "run", "status", "stop", "policies"] {
+        assert!(out.contains(sub), "{sub} missing from the bash completions");
+    }
+    let o = hadar(&["completions", "tcsh"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
 #[test]
 fn json_output_has_the_documented_fields() {
     let o = hadar(&[
@@ -166,6 +225,13 @@ fn bad_inputs_name_the_place_and_exit_3() {
     let o = hadar(&["simulate", "--policy", "best"]);
     assert_eq!(o.status.code(), Some(3));
     assert!(stderr(&o).contains("unknown policy `best`"));
+    let o = hadar(&["simulate", "--policy", "hadr"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        stderr(&o).contains("did you mean `hadar`?"),
+        "{}",
+        stderr(&o)
+    );
 
     let o = hadar(&["simulate", "--trace", "/no/such/file.trace"]);
     assert_eq!(o.status.code(), Some(3));
@@ -421,7 +487,7 @@ fn run_real_jobs_locally_then_status() {
         "--state",
         state.to_str().expect("utf-8"),
     ]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(3), "a bad input, not a usage error");
     assert!(
         stderr(&o).contains("no-such-trainer does not exist"),
         "{}",

@@ -18,13 +18,25 @@ pub fn run(args: PoliciesArgs) -> Result<(), CliError> {
     if args.json {
         let list: Vec<_> = PolicyKind::ALL
             .iter()
-            .map(|k| serde_json::json!({"name": k.name(), "description": k.description()}))
+            .map(|k| {
+                serde_json::json!({
+                    "name": k.name(),
+                    "aliases": k.aliases(),
+                    "description": k.description(),
+                })
+            })
             .collect();
         println!("{}", serde_json::Value::Array(list));
     } else {
         for k in PolicyKind::ALL {
-            println!("{:<26} {}", k.name(), k.description());
+            let aliases = if k.aliases().is_empty() {
+                String::new()
+            } else {
+                format!(" (also: {})", k.aliases().join(", "))
+            };
+            println!("{:<26} {}{aliases}", k.name(), k.description());
         }
+        println!("\nNames are case-insensitive, and `-` may stand for `_`.");
     }
     Ok(())
 }

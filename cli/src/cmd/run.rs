@@ -200,7 +200,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             } else {
                 ""
             };
-            return Err(usage(format!(
+            return Err(CliError::Input(format!(
                 "job {}: program {} does not exist{hint}",
                 escape(&j.name),
                 escape(&j.command[0])
@@ -406,9 +406,10 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
     let state = load_state(&args.state)
         .map_err(CliError::Run)?
         .ok_or_else(|| {
-            usage(format!(
-                "no run in {} (no state.json)",
-                args.state.display()
+            CliError::Input(format!(
+                "no run in {} (no state.json); `hadar run --state {}` starts one",
+                escape(&args.state.display().to_string()),
+                escape(&args.state.display().to_string())
             ))
         })?;
     let lp = state.loop_state.as_ref();

@@ -172,7 +172,23 @@ impl PolicyKind {
         }
     }
 
-    /// Parses a name; Gavel's names and a few aliases are accepted.
+    /// The other names [`PolicyKind::parse`] accepts for it.
+    pub fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Self::MaxMinFairnessPerf => &["las_perf", "gavel"],
+            Self::MaxMinFairness => &["las"],
+            Self::MinTotalDurationPerf => &["makespan_perf"],
+            Self::MinTotalDuration => &["makespan"],
+            Self::FinishTimeFairnessPerf => &["themis_perf"],
+            Self::FinishTimeFairness => &["themis"],
+            Self::Hadar => &["hadar:jct"],
+            Self::HadarE => &["hadare:jct"],
+            _ => &[],
+        }
+    }
+
+    /// Parses a name; Gavel's names and a few aliases are accepted
+    /// (case and `-` for `_` do not matter).
     pub fn parse(name: &str) -> Result<Self> {
         let n = name.trim().to_ascii_lowercase().replace('-', "_");
         let kind = match n.as_str() {
@@ -190,9 +206,20 @@ impl PolicyKind {
             "hadare:makespan" => Self::HadarEMakespan,
             _ => {
                 let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
+                let near = names
+                    .iter()
+                    .map(|k| (edit_distance(&n, k), *k))
+                    .min()
+                    .filter(|(d, _)| *d <= 3)
+                    .map(|(_, k)| format!(" (did you mean `{k}`?)"))
+                    .unwrap_or_default();
                 return Err(Error::setting(
                     "policy",
-                    format!("unknown policy `{name}`; known: {}", names.join(", ")),
+                    format!(
+                        "unknown policy `{name}`{near}; known: {} (`hadar policies` lists them \
+                         with their aliases)",
+                        names.join(", ")
+                    ),
                 ));
             }
         };
@@ -252,4 +279,43 @@ pub fn build(
         PolicyKind::HadarEMakespan => Box::new(hadar_with(hadar::Utility::Makespan, true)?),
         _ => Box::new(gavel::GavelScheduler::new(kind, workload, settings)?),
     })
+}
+
+/// Levenshtein distance, for "did you mean" (names are short).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod policy_name_tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_alias_parses_to_its_policy_and_typos_get_a_suggestion() {
+        for k in PolicyKind::ALL {
+            assert_eq!(PolicyKind::parse(k.name()).unwrap(), k);
+            for a in k.aliases() {
+                assert_eq!(PolicyKind::parse(a).unwrap(), k, "{a}");
+            }
+        }
+        assert_eq!(PolicyKind::parse("Hadar").unwrap(), PolicyKind::Hadar);
+        let err = PolicyKind::parse("fifo-prf").unwrap_err().to_string();
+        assert!(err.contains("did you mean `fifo_perf`?"), "{err}");
+        let err = PolicyKind::parse("zzzzzzzz").unwrap_err().to_string();
+        assert!(!err.contains("did you mean"), "{err}");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
 }
