@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod backends;
 mod cmd;
+mod config;
 mod exit;
 mod progress;
 mod report;
@@ -35,6 +36,11 @@ struct Cli {
     /// Log more (-v: info, -vv: debug); logs go to stderr.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// A configuration file, instead of ./hadar.toml (after
+    /// /etc/hadar/hadar.toml and ~/.config/hadar/hadar.toml; see `hadar
+    /// config show`).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -51,6 +57,38 @@ enum Command {
     Status(cmd::run::StatusArgs),
     Stop(cmd::run::StopArgs),
     Completions(CompletionsArgs),
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// The configuration: files, HADAR_* variables, flags.
+///
+/// Every flag of `hadar run` and `hadar simulate` can be set in a TOML file
+/// under its long name with underscores (`round_seconds = 60`), or in a
+/// variable (`HADAR_ROUND_SECONDS=60`). Precedence, lowest first: the
+/// flags' defaults, /etc/hadar/hadar.toml, ~/.config/hadar/hadar.toml,
+/// ./hadar.toml (or --config FILE), HADAR_* variables, the command line.
+/// A backend's own settings go in [backend.NAME] tables, the backend's name
+/// in [backend] name = "...".
+///
+/// Example hadar.toml:
+///
+///   policy = "hadar"
+///   round_seconds = 60
+///   state = "/scratch/hadar-run"
+///   [backend]
+///   name = "ssh"
+///   [backend.ssh]
+///   user = "train"
+#[derive(Debug, Subcommand)]
+#[command(verbatim_doc_comment)]
+enum ConfigCommand {
+    /// Print the merged configuration and where each value came from.
+    Show {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Print a shell completion script.
@@ -69,8 +107,29 @@ struct CompletionsArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (argv, config) = match config::with_config(std::env::args_os().collect()) {
+        Ok(x) => x,
+        Err(e) => return fail(&e),
+    };
+    let mut cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let message = e.render().to_string();
+            let _ = e.print();
+            if e.use_stderr() {
+                config::explain_error(&config, &message);
+            }
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     init_logging(cli.verbose);
+    if let Command::Run(args) = &mut cli.command {
+        args.config_backends = config
+            .backends
+            .iter()
+            .map(|(k, (t, _))| (k.clone(), t.clone()))
+            .collect();
+    }
     let result: Result<(), CliError> = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Trace(c) => cmd::trace::run(c),
@@ -90,17 +149,20 @@ fn main() -> ExitCode {
             );
             Ok(())
         }
+        Command::Config(ConfigCommand::Show { json }) => config::show(&config, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            if let Some(hint) = e.hint() {
-                eprintln!("hint: {hint}");
-            }
-            ExitCode::from(e.code())
-        }
+        Err(e) => fail(&e),
     }
+}
+
+fn fail(e: &CliError) -> ExitCode {
+    eprintln!("error: {e}");
+    if let Some(hint) = e.hint() {
+        eprintln!("hint: {hint}");
+    }
+    ExitCode::from(e.code())
 }
 
 fn init_logging(verbose: u8) {

@@ -90,6 +90,10 @@ pub struct RunArgs {
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// `[backend.NAME]` tables of the configuration (a cluster file's own
+    /// table of the same name wins).
+    #[arg(skip)]
+    pub config_backends: std::collections::BTreeMap<String, toml::Table>,
 }
 
 /// Stop a real run from another terminal.
@@ -141,8 +145,23 @@ fn resolve(argv0: &str, jobs_dir: &Path) -> String {
 /// and faults injected when asked.
 fn backend(args: &RunArgs, cluster: &Cluster, text: &str) -> Result<Arc<dyn Backend>, CliError> {
     let source = args.cluster.display().to_string();
-    let toml: toml::Table =
+    let mut toml: toml::Table =
         hadar_core::error::parse_toml(text, &hadar_core::error::Location::new(&source))?;
+    // The configuration's [backend.NAME], where the cluster file has none:
+    // placed into the cluster file's tables, so that every backend reads it
+    // where it reads its own.
+    let own = toml
+        .get("backend")
+        .and_then(|b| b.get(&args.backend))
+        .is_some();
+    if let (false, Some(t)) = (own, args.config_backends.get(&args.backend)) {
+        let backends = toml
+            .entry("backend")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let Some(b) = backends.as_table_mut() {
+            b.insert(args.backend.clone(), toml::Value::Table(t.clone()));
+        }
+    }
     let table = toml
         .get("backend")
         .and_then(|b| b.get(&args.backend))
