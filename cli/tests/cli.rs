@@ -236,6 +236,11 @@ fn bad_inputs_name_the_place_and_exit_3() {
     let o = hadar(&["simulate", "--trace", "/no/such/file.trace"]);
     assert_eq!(o.status.code(), Some(3));
     assert!(stderr(&o).contains("/no/such/file.trace"));
+    assert!(
+        stderr(&o).contains("static_100jobs_multigpu_seed0.trace"),
+        "the embedded traces are listed: {}",
+        stderr(&o)
+    );
 
     let o = hadar(&["simulate", "--window", "9..3"]);
     assert_eq!(o.status.code(), Some(2), "clap usage error");

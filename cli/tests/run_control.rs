@@ -276,3 +276,55 @@ fn the_default_relative_state_directory_keeps_every_checkpoint() {
         assert_eq!(j["lost_iterations"], 0, "{j}");
     }
 }
+
+/// A job that never writes a checkpoint would restart from nothing forever:
+/// the run stops after five such tasks in a row and says why. The short
+/// form of a cluster (`v100=1,k80=1`) is accepted; a job without a rate for
+/// one of its types is refused with the file and the job named.
+#[test]
+fn a_job_that_never_checkpoints_stops_the_run_with_the_reason() {
+    let (hadar, _) = binaries();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        "[[job]]\nname = \"forgetful\"\ncommand = [\"/bin/sh\", \"-c\", \
+         \"echo 'HADAR_DONE {\\\"iterations\\\": 5}'\"]\niterations = 5\n\
+         throughput = { v100 = 2.0, k80 = 1.0 }\n",
+    )
+    .expect("jobs");
+    let run = |cluster: &str, jobs: &Path| {
+        Command::new(hadar)
+            .args(["run", "--cluster", cluster, "--jobs"])
+            .arg(jobs)
+            .arg("--state")
+            .arg(dir.path().join("state"))
+            .args(["--round-seconds", "1"])
+            .output()
+            .expect("run hadar")
+    };
+    let o = run("v100=1,k80=1", &jobs);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(7), "{err}");
+    assert!(
+        err.contains("job forgetful: 5 of its tasks in a row ended without writing a checkpoint"),
+        "{err}"
+    );
+    let partial = dir.path().join("partial.toml");
+    std::fs::write(
+        &partial,
+        "[[job]]\nname = \"p\"\ncommand = [\"/bin/true\"]\niterations = 5\nthroughput = { k80 = 1.0 }\n",
+    )
+    .expect("jobs");
+    let o = run("v100=1,k80=1", &partial);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("partial.toml: job p has no throughput for GPU type v100"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("--throughputs"),
+        "run has no such flag: {err}"
+    );
+}

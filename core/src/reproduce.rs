@@ -19,6 +19,14 @@ use crate::workload::Workload;
 /// Gavel's printed results.
 pub const GAVEL_RESULTS_CSV: &str = include_str!("../data/gavel/results.csv");
 
+/// The names of the traces built into the binary.
+pub const EMBEDDED_TRACES: [&str; 4] = [
+    "static_100jobs_multigpu_seed0.trace",
+    "static_100jobs_singlegpu_seed0.trace",
+    "minimize_makespan.trace",
+    "max_min_fairness.trace",
+];
+
 /// The traces of those runs, embedded.
 pub fn embedded_trace(name: &str) -> Option<&'static str> {
     Some(match name {

@@ -44,6 +44,10 @@ impl std::fmt::Debug for RealRounds<'_> {
     }
 }
 
+/// A job whose tasks end this many times in a row without a checkpoint
+/// stops the run: it would otherwise be restarted from nothing forever.
+const NO_CHECKPOINT_LIMIT: u32 = 5;
+
 /// A task's key: (job, copy).
 type Key = (u32, u32);
 
@@ -221,6 +225,16 @@ impl RealRounds<'_> {
             if !got.is_empty() {
                 let latest = latest(&self.config.state_dir, *job);
                 p.step = hadar_checkpoint::read_step(&latest).ok().flatten();
+                p.without_checkpoint = 0;
+            } else {
+                p.without_checkpoint += 1;
+                if p.without_checkpoint >= NO_CHECKPOINT_LIMIT {
+                    return Err(RunError::NoCheckpoint {
+                        job: self.config.jobs[*job as usize].name.clone(),
+                        times: p.without_checkpoint,
+                        dir: tasks[0].handle.workdir.clone(),
+                    });
+                }
             }
             // A checkpoint whose own step is the total is a finished model,
             // whatever the bookkeeping says (a task that resumed from a

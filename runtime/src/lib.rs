@@ -91,6 +91,21 @@ pub enum RunError {
         /// The holder's pid, as it wrote it.
         pid: String,
     },
+    /// A job's tasks keep ending without a checkpoint.
+    #[error(
+        "job {job}: {times} of its tasks in a row ended without writing a checkpoint (the last \
+         in {dir}; its log is there): it does not follow the job protocol \
+         (docs/job-protocol.md: write $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before \
+         exiting), so its work can never be kept"
+    )]
+    NoCheckpoint {
+        /// The job.
+        job: String,
+        /// Tasks in a row.
+        times: u32,
+        /// The last one's directory.
+        dir: PathBuf,
+    },
     /// The run was asked to stop (a signal, `hadar stop`).
     #[error("stopped on request")]
     Stopped,

@@ -54,6 +54,9 @@ pub struct JobProgress {
     /// The global step its latest checkpoint records, if it records one.
     #[serde(default)]
     pub step: Option<u64>,
+    /// How many of its tasks in a row ended without leaving a checkpoint.
+    #[serde(default)]
+    pub without_checkpoint: u32,
 }
 
 /// The saved state of a run.

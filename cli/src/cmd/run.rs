@@ -200,12 +200,21 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         .parse()
         .map_err(|e: hadar_backend::UnknownSignal| usage(format!("--stop-signal: {e}")))?;
     let stop = StopPolicy::new(signal, args.grace).map_err(|e| usage(format!("--grace: {e}")))?;
-    let cluster_text = read_to_string(&args.cluster)?;
-    let cluster = Arc::new(Cluster::from_toml_str_with_keys(
-        &cluster_text,
-        &args.cluster.display().to_string(),
-        &crate::backends::registry().node_keys(),
-    )?);
+    // A cluster file, or the short form (`v100=2,k80=2`: one node per GPU)
+    // for a run on this machine.
+    let spec = args.cluster.to_string_lossy();
+    let (cluster, cluster_text) = if !args.cluster.exists() && spec.contains('=') {
+        (Cluster::from_short_form(&spec, 1)?, String::new())
+    } else {
+        let text = read_to_string(&args.cluster)?;
+        let c = Cluster::from_toml_str_with_keys(
+            &text,
+            &spec,
+            &crate::backends::registry().node_keys(),
+        )?;
+        (c, text)
+    };
+    let cluster = Arc::new(cluster);
     let mut jobs = read_jobs(&args.jobs)?;
     let jobs_dir = args.jobs.parent().unwrap_or(Path::new("."));
     for j in &mut jobs {
@@ -226,6 +235,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             )));
         }
     }
+    check_rates(&jobs, &cluster, &args.jobs)?;
     if let Some(t) = args.hang_timeout {
         if !(t.is_finite() && (1.0..=7.0 * 86_400.0).contains(&t)) {
             return Err(usage(format!(
@@ -287,6 +297,35 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         tracing::warn!("{}", escape(w));
     }
     print_report(&config, &args, &report)
+}
+
+/// Every job needs a throughput estimate for every GPU type of the cluster
+/// (a rough one will do: measured rates replace it as the job runs).
+fn check_rates(
+    jobs: &[hadar_runtime::RunJob],
+    cluster: &Cluster,
+    file: &Path,
+) -> Result<(), CliError> {
+    let types = cluster.gpu_types();
+    for j in jobs {
+        let missing: Vec<&str> = types
+            .iter()
+            .filter(|t| !j.throughput.contains_key(t.as_str()))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Err(CliError::Input(format!(
+                "{}: job {} has no throughput for GPU type {} (the cluster has {}): add it to \
+                 the job's `throughput = {{ ... }}` in iterations per second; a rough guess \
+                 will do, the run measures the real rate and uses it",
+                file.display(),
+                escape(&j.name),
+                missing.join(", "),
+                types.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// SIGINT and SIGTERM: the first asks the run to stop its tasks after their

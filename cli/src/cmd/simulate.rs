@@ -268,6 +268,13 @@ pub fn load_workload(
             parse_trace(text, &format!("<embedded {name}>"))?.0,
             format!("{name} (embedded)"),
         ),
+        None if !Path::new(name).exists() => {
+            return Err(CliError::Input(format!(
+                "{name}: no such trace file, and not one of the embedded traces ({}); \
+                 `hadar trace generate` writes one",
+                hadar_core::reproduce::EMBEDDED_TRACES.join(", ")
+            )))
+        }
         _ => (read_trace(Path::new(name))?.0, name.to_string()),
     };
     let workload = Workload::new(jobs, cluster, table, &source)?;
