@@ -32,7 +32,10 @@ TRAINER=${HADAR_TRAINER:-target/debug/hadar-trainer}
 cmd=${1:-up}
 [ "$(id -u)" = 0 ] || { echo "docker-hosts.sh: run as root (it starts dockerd and makes network namespaces)" >&2; exit 1; }
 
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A process that runs (a zombie does not count: where this machine's init does
+# not reap, a killed dockerd stays one).
+running() { [ -r "/proc/$1/stat" ] && ! awk '{exit ($3 == "Z") ? 0 : 1}' "/proc/$1/stat" 2>/dev/null; }
+alive() { [ -s "$1" ] && running "$(cat "$1")"; }
 wait_for() {
   local end=$(($(date +%s) + $1)); shift
   until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -ge "$end" ] && return 1; sleep 0.1; done
@@ -43,8 +46,8 @@ stop_pid() { # PIDFILE
   [ -s "$f" ] || { rm -f "$f"; return 0; }
   p=$(cat "$f")
   kill "$p" 2>/dev/null || true   # dockerd stops its containers' shims and its containerd
-  for _ in $(seq 1 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
+  for _ in $(seq 1 150); do running "$p" || break; sleep 0.1; done
+  running "$p" && kill -9 "$p" 2>/dev/null
   rm -f "$f"
 }
 
@@ -88,6 +91,7 @@ start_dockerd() { # NAME URI [NETNS]
   local name=$1 uri=$2 ns=${3:-}
   local pid=$RUN/$name.pid
   if ! alive "$pid"; then
+    rm -f "$pid"
     local args=(--data-root "$DIR/$name" --exec-root "$RUN/$name" --pidfile "$pid" -H "$uri"
                 --bridge=none --iptables=false --ip-masq=false --ip6tables=false)
     if [ -n "$ns" ]; then
@@ -104,6 +108,8 @@ start_dockerd() { # NAME URI [NETNS]
   if [ "$have" != "$SHA" ]; then
     docker -H "$uri" import --change "LABEL hadar.trainer.sha256=$SHA" "$DIR/rootfs.tar" "$IMAGE" >/dev/null
   fi
+  # Exited containers that earlier test runs left (their tests never close).
+  docker -H "$uri" container prune -f --filter label=hadar.run >/dev/null
   echo "$name $uri" >> "$DIR/endpoints"
 }
 

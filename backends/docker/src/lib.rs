@@ -32,7 +32,7 @@ use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
 use bollard::query_parameters::{
     ContainerArchiveInfoOptions, CreateContainerOptions, DownloadFromContainerOptions,
     KillContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
-    UploadToContainerOptions,
+    UploadToContainerOptions, WaitContainerOptions,
 };
 use bollard::{Docker, API_DEFAULT_VERSION};
 use futures_util::{StreamExt, TryStreamExt};
@@ -40,7 +40,7 @@ use hadar_backend::protocol::last_report;
 use hadar_backend::registry::{BackendInputs, Factory};
 use hadar_backend::{
     stop_sequence, Backend, BackendError, Capabilities, Signal, StopPolicy, TaskHandle, TaskSpec,
-    TaskState, TaskStatus,
+    TaskState, TaskStatus, KILL_WAIT,
 };
 use hadar_core::error::{Error, Location};
 use tokio::sync::Mutex;
@@ -150,6 +150,9 @@ pub struct DockerBackend {
     /// (node, image) pairs known to be present; and a lock so that an image
     /// is streamed to a node once.
     images: Mutex<HashSet<(String, String)>>,
+    /// The runs this backend launched tasks of (their exited containers are
+    /// removed at [`Backend::close`]).
+    runs: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -387,6 +390,7 @@ impl DockerBackend {
             options,
             clients: Mutex::new(HashMap::new()),
             images: Mutex::new(HashSet::new()),
+            runs: Mutex::new(HashSet::new()),
         }
     }
 
@@ -686,6 +690,32 @@ impl DockerBackend {
         Ok(false)
     }
 
+    /// Waits (up to [`KILL_WAIT`] in all) for the running containers of
+    /// `run` on `node` to exit: at the end of a run, a copy whose job the
+    /// others finished may still be writing its last checkpoint. Those
+    /// still running then are left alone (a halted run leaves tasks for the
+    /// next one).
+    async fn await_exits(&self, docker: &Docker, run: &str) {
+        let filters = HashMap::from([
+            ("label".to_string(), vec![format!("{}={run}", labels::RUN)]),
+            ("status".to_string(), vec!["running".into()]),
+        ]);
+        let Ok(list) = docker
+            .list_containers(Some(ListContainersOptions {
+                filters: Some(filters),
+                ..Default::default()
+            }))
+            .await
+        else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + KILL_WAIT;
+        for id in list.into_iter().filter_map(|c| c.id) {
+            let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
+            let _ = tokio::time::timeout_at(deadline, wait.next()).await;
+        }
+    }
+
     /// Starts the container `spec` describes; its id.
     async fn launch_inner(&self, spec: &TaskSpec) -> Result<String, BackendError> {
         let name = spec.node();
@@ -820,6 +850,51 @@ impl Backend for DockerBackend {
         }
     }
 
+    /// Removes the exited containers of the runs it launched tasks of, on
+    /// every daemon it can reach (the loop has stopped the tasks and fetched
+    /// their checkpoints; containers still running are left alone: a halted
+    /// run leaves them to the next one). A daemon that does not answer is
+    /// skipped: the next run's close removes what is left there.
+    async fn close(&self) -> Result<(), BackendError> {
+        let runs: Vec<String> = self.runs.lock().await.iter().cloned().collect();
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let mut names: Vec<&String> = self.nodes.keys().collect();
+        names.sort();
+        for node in names {
+            let Ok(docker) = self.client(node).await else {
+                continue;
+            };
+            for run in &runs {
+                self.await_exits(&docker, run).await;
+                let filters = HashMap::from([
+                    ("label".to_string(), vec![format!("{}={run}", labels::RUN)]),
+                    (
+                        "status".to_string(),
+                        vec!["created".into(), "exited".into(), "dead".into()],
+                    ),
+                ]);
+                let Ok(list) = docker
+                    .list_containers(Some(ListContainersOptions {
+                        all: true,
+                        filters: Some(filters),
+                        ..Default::default()
+                    }))
+                    .await
+                else {
+                    continue;
+                };
+                for id in list.into_iter().filter_map(|c| c.id) {
+                    if self.remove(node, &id).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
         if spec.argv.is_empty() {
             return Err(BackendError::Invalid(format!(
@@ -834,6 +909,7 @@ impl Backend for DockerBackend {
                 spec.placement.len()
             )));
         }
+        self.runs.lock().await.insert(spec.run.clone());
         let id = self.launch_inner(spec).await?;
         Ok(spec.handle(id))
     }
