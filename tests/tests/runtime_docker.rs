@@ -193,3 +193,98 @@ async fn a_killed_dockerd_s_jobs_finish_elsewhere() {
         "every container was removed"
     );
 }
+
+/// The `hadar` binary next to the test binary (`cargo build -p hadar-cli`).
+fn hadar_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .join("hadar");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p hadar-cli` (cargo test --workspace does)",
+        bin.display()
+    );
+    bin
+}
+
+/// (job, copy) pairs with two containers running at once, seen by polling
+/// every daemon until `stop` is set.
+fn watch_twins(stop: Arc<std::sync::atomic::AtomicBool>) -> Vec<String> {
+    let mut twins = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut seen = std::collections::HashMap::<String, usize>::new();
+        for url in URLS {
+            let out = Command::new("docker")
+                .args(["-H", url, "ps", "--filter", "label=hadar.job", "--format"])
+                .arg("{{.Label \"hadar.run\"}}/{{.Label \"hadar.job\"}}/{{.Label \"hadar.copy\"}}")
+                .output()
+                .expect("docker ps");
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                *seen.entry(line.to_string()).or_default() += 1;
+            }
+        }
+        twins.extend(seen.into_iter().filter(|(_, n)| *n > 1).map(|(k, _)| k));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    twins
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_hadar_resumes_without_running_a_task_twice() {
+    let _one = SERIAL.lock().await;
+    let hadar = hadar_bin();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/docker");
+    let state = tempfile::tempdir().expect("tempdir");
+    let cmd = || {
+        let mut c = Command::new(&hadar);
+        c.args([
+            "run",
+            "--backend",
+            "docker",
+            "--policy",
+            "hadare",
+            "--cluster",
+        ])
+        .arg(examples.join("cluster.toml"))
+        .arg("--jobs")
+        .arg(examples.join("jobs.toml"))
+        .arg("--state")
+        .arg(state.path());
+        c
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || watch_twins(stop))
+    };
+    let mut first = cmd()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("hadar run");
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    first.kill().expect("kill -9 hadar");
+    let _ = first.wait();
+    let out = cmd().output().expect("hadar run again");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let twins = watcher.join().expect("watcher");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("6/6"), "every job finished:\n{stdout}");
+    assert_eq!(
+        stdout.matches(" finished ").count(),
+        6,
+        "every job finished:\n{stdout}"
+    );
+    assert!(
+        twins.is_empty(),
+        "a (job, copy) ran twice at once: {twins:?}"
+    );
+}
