@@ -90,7 +90,11 @@ rootfs() {
 start_dockerd() { # NAME URI [NETNS]
   local name=$1 uri=$2 ns=${3:-}
   local pid=$RUN/$name.pid
-  if ! alive "$pid"; then
+  if [ -z "$ns" ] && ! alive "$pid" && docker -H "$uri" version >/dev/null 2>&1; then
+    # A daemon this script did not start (the system's docker.service) already
+    # serves the socket: use it, and leave it running at `down`.
+    echo "docker-hosts.sh: using the daemon already on $uri" >&2
+  elif ! alive "$pid"; then
     rm -f "$pid"
     local args=(--data-root "$DIR/$name" --exec-root "$RUN/$name" --pidfile "$pid" -H "$uri"
                 --bridge=none --iptables=false --ip-masq=false --ip6tables=false)
