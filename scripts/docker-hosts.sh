@@ -11,6 +11,9 @@
 #   scripts/docker-hosts.sh up      # idempotent; needs docker.io, busybox-static
 #   scripts/docker-hosts.sh down    # stops the daemons, removes the namespaces
 #
+# Also a TLS-only daemon "tls" in hadar-d1 on tcp://10.79.0.11:2376 (CA, server and
+# client certificates made with openssl in $HADAR_DOCKER_DIR/certs: ca.pem, cert.pem,
+# key.pem are the client's).
 # The image: hadar-test/trainer:latest, /usr/local/bin/hadar-trainer inside,
 # taken from $HADAR_TRAINER (default target/debug/hadar-trainer; build it first).
 # It is re-imported when the trainer changes (label hadar.trainer.sha256).
@@ -87,8 +90,34 @@ rootfs() {
   rm -rf "$r"
 }
 
-start_dockerd() { # NAME URI [NETNS]
-  local name=$1 uri=$2 ns=${3:-}
+# A CA, a server certificate for IP $1 and a client certificate, in $DIR/certs
+# (the TLS daemon's and Hadar's, as in Docker's "Protect the daemon socket").
+certs() {
+  local ip=$1 t=$DIR/certs
+  [ -s "$t/cert.pem" ] && [ "$(cat "$t/ip" 2>/dev/null)" = "$ip" ] && return 0
+  rm -rf "$t"; install -d -m 0700 "$t"
+  (
+    cd "$t"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=hadar-test-ca \
+      -keyout ca-key.pem -out ca.pem 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj /CN=hadar-d-tls -keyout server-key.pem \
+      -out server.csr 2>/dev/null
+    printf 'subjectAltName = IP:%s\nextendedKeyUsage = serverAuth\n' "$ip" > server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+      -extfile server.ext -out server-cert.pem 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj /CN=hadar -keyout key.pem -out client.csr 2>/dev/null
+    printf 'extendedKeyUsage = clientAuth\n' > client.ext
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+      -extfile client.ext -out cert.pem 2>/dev/null
+    rm -f ./*.csr ./*.ext
+    echo "$ip" > ip
+  )
+}
+
+start_dockerd() { # NAME URI [NETNS] [tls]
+  local name=$1 uri=$2 ns=${3:-} tls=${4:-}
+  local cli=(-H "$uri")
+  [ -n "$tls" ] && cli+=(--tlsverify --tlscacert "$DIR/certs/ca.pem" --tlscert "$DIR/certs/cert.pem" --tlskey "$DIR/certs/key.pem")
   local pid=$RUN/$name.pid
   if [ -z "$ns" ] && ! alive "$pid" && docker -H "$uri" version >/dev/null 2>&1; then
     # A daemon this script did not start (the system's docker.service) already
@@ -98,22 +127,26 @@ start_dockerd() { # NAME URI [NETNS]
     rm -f "$pid"
     local args=(--data-root "$DIR/$name" --exec-root "$RUN/$name" --pidfile "$pid" -H "$uri"
                 --bridge=none --iptables=false --ip-masq=false --ip6tables=false)
-    if [ -n "$ns" ]; then
+    if [ -n "$tls" ]; then
+      args+=(--tlsverify --tlscacert "$DIR/certs/ca.pem" --tlscert "$DIR/certs/server-cert.pem" --tlskey "$DIR/certs/server-key.pem")
+    elif [ -n "$ns" ]; then
       args+=(--tls=false)
+    fi
+    if [ -n "$ns" ]; then
       setsid nsenter --net="/run/netns/$ns" /usr/sbin/dockerd "${args[@]}" \
         > "$DIR/$name.log" 2>&1 < /dev/null &
     else
       setsid /usr/sbin/dockerd "${args[@]}" > "$DIR/$name.log" 2>&1 < /dev/null &
     fi
   fi
-  wait_for 60 docker -H "$uri" version || { echo "dockerd $name did not start:" >&2; tail -5 "$DIR/$name.log" >&2; exit 1; }
+  wait_for 60 docker "${cli[@]}" version || { echo "dockerd $name did not start:" >&2; tail -5 "$DIR/$name.log" >&2; exit 1; }
   local have
-  have=$(docker -H "$uri" image inspect -f '{{index .Config.Labels "hadar.trainer.sha256"}}' "$IMAGE" 2>/dev/null || true)
+  have=$(docker "${cli[@]}" image inspect -f '{{index .Config.Labels "hadar.trainer.sha256"}}' "$IMAGE" 2>/dev/null || true)
   if [ "$have" != "$SHA" ]; then
-    docker -H "$uri" import --change "LABEL hadar.trainer.sha256=$SHA" "$DIR/rootfs.tar" "$IMAGE" >/dev/null
+    docker "${cli[@]}" import --change "LABEL hadar.trainer.sha256=$SHA" "$DIR/rootfs.tar" "$IMAGE" >/dev/null
   fi
   # Exited containers that earlier test runs left (their tests never close).
-  docker -H "$uri" container prune -f --filter label=hadar.run >/dev/null
+  docker "${cli[@]}" container prune -f --filter label=hadar.run >/dev/null
   echo "$name $uri" >> "$DIR/endpoints"
 }
 
@@ -145,6 +178,10 @@ up() {
     fi
     start_dockerd "$name" "tcp://$ip:2375" "$ns"
   done
+  # One more daemon, TLS only (client certificates), in the first namespace on port 2376.
+  IFS=: read -r name ip <<<"${HOSTS%% *}"
+  certs "$ip"
+  start_dockerd tls "tcp://$ip:2376" "hadar-$name" tls
   echo "docker test daemons up: $(tr '\n' ' ' < "$DIR/endpoints")(image $IMAGE)"
 }
 

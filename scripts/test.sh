@@ -27,9 +27,11 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v setsid >/dev/null || need+=(util-linux)
 command -v nsenter >/dev/null || need+=(util-linux)
 # Docker test daemons (scripts/docker-hosts.sh): dockerd and the docker CLI,
-# and busybox-static for the test image's root filesystem.
+# busybox-static for the test image's root filesystem, openssl for the TLS
+# daemon's certificates.
 [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
+command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   step "installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then

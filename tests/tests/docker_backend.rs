@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hadar_backend::{Backend, BackendError, StopPolicy, TaskState};
-use hadar_backend_docker::{DockerBackend, DockerNode, DockerOptions};
+use hadar_backend_docker::{DockerBackend, DockerNode, DockerOptions, Tls};
 use hadar_tests::conformance::{spec, Harness, Target};
 
 /// The image the setup imports into every daemon.
@@ -17,13 +17,20 @@ const IMAGE: &str = "hadar-test/trainer:latest";
 /// The example trainer inside it.
 const TRAINER: &str = "/usr/local/bin/hadar-trainer";
 
-fn daemons_up() {
-    let dir = PathBuf::from(
+fn docker_dir() -> PathBuf {
+    PathBuf::from(
         std::env::var("HADAR_DOCKER_DIR").unwrap_or_else(|_| "/var/lib/hadar-test-docker".into()),
-    );
+    )
+}
+
+fn daemons_up() {
+    let dir = docker_dir();
     let endpoints = std::fs::read_to_string(dir.join("endpoints")).unwrap_or_default();
     assert!(
-        endpoints.contains("d1 ") && endpoints.contains("d2 ") && endpoints.contains("local "),
+        endpoints.contains("d1 ")
+            && endpoints.contains("d2 ")
+            && endpoints.contains("local ")
+            && endpoints.contains("tls "),
         "the Docker test daemons are not up: run `sudo scripts/docker-hosts.sh up` \
          ({} lists {endpoints:?})",
         dir.join("endpoints").display()
@@ -48,6 +55,17 @@ fn nodes() -> Vec<DockerNode> {
         node("d2", "tcp://10.79.0.12:2375", false),
         // Nothing listens there: an unreachable node.
         node("gone", "tcp://10.79.0.11:2399", false),
+        // The TLS-only daemon, with the client certificate.
+        DockerNode {
+            tls: Some(Tls {
+                cert: docker_dir().join("certs/cert.pem"),
+                key: docker_dir().join("certs/key.pem"),
+                ca: docker_dir().join("certs/ca.pem"),
+            }),
+            ..node("tls", "tcp://10.79.0.11:2376", false)
+        },
+        // The same daemon without TLS: refused by it.
+        node("tls-plain", "tcp://10.79.0.11:2376", false),
     ]
 }
 
@@ -86,6 +104,26 @@ mod docker_local {
 
 mod docker_d1 {
     hadar_tests::conformance_suite!(super::harness("d1"));
+}
+
+mod docker_tls {
+    hadar_tests::conformance_suite!(super::harness("tls"), protocol);
+}
+
+#[tokio::test]
+async fn a_tls_daemon_refuses_a_client_without_certificate() {
+    let t = Target {
+        node: "tls-plain".into(),
+        workdir: "/tmp/x".into(),
+        trainer: TRAINER.into(),
+    };
+    match backend()
+        .launch(&spec(&t, "plain", vec!["true".into()], 1))
+        .await
+    {
+        Err(e) => assert_eq!(e.lost_node(), Some("tls-plain"), "{e}"),
+        Ok(task) => panic!("launched without TLS: {task:?}"),
+    }
 }
 
 #[tokio::test]
