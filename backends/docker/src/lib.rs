@@ -598,8 +598,14 @@ impl DockerBackend {
                 continue;
             }
             eprintln!("hadar: node {node} lacks image {image}: streaming it from node {other}");
-            // Streamed through, never held here whole (images are large).
-            let body = src.export_image(image);
+            // Streamed through, never held here whole (images are large);
+            // its size and time said at the end.
+            let start = std::time::Instant::now();
+            let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let counted = Arc::clone(&bytes);
+            let body = src.export_image(image).inspect_ok(move |chunk| {
+                counted.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            });
             let mut import = docker.import_image_stream(
                 bollard::query_parameters::ImportImageOptions::default(),
                 body,
@@ -612,6 +618,11 @@ impl DockerBackend {
                         .await);
                 }
             }
+            eprintln!(
+                "hadar: image {image} streamed from node {other} to node {node}: {:.1} MB in {:.1} s",
+                bytes.load(Ordering::Relaxed) as f64 / 1e6,
+                start.elapsed().as_secs_f64()
+            );
             known.insert((node.to_string(), image.to_string()));
             return Ok(());
         }
