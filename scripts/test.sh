@@ -25,6 +25,13 @@ dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
 command -v ip >/dev/null || need+=(iproute2)
 command -v setsid >/dev/null || need+=(util-linux)
+command -v nsenter >/dev/null || need+=(util-linux)
+# Docker test daemons (scripts/docker-hosts.sh): dockerd and the docker CLI,
+# busybox-static for the test image's root filesystem, openssl for the TLS
+# daemon's certificates.
+[ -x /usr/sbin/dockerd ] || need+=(docker.io)
+[ -x /bin/busybox ] || need+=(busybox-static)
+command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   step "installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then
@@ -44,6 +51,16 @@ if [ "$(id -u)" = 0 ]; then
   trap 'scripts/ssh-hosts.sh down >/dev/null 2>&1 || true' EXIT
 else
   echo "not root: the SSH backend tests will fail (run as root, or start the hosts with sudo scripts/ssh-hosts.sh up)" >&2
+fi
+
+step "Docker test daemons (local dockerd and two in network namespaces; scripts/docker-hosts.sh)"
+if [ "$(id -u)" = 0 ]; then
+  # Stopped by pid at the end, also when a step fails (the trap is set first:
+  # a start that fails half-way stops what it started).
+  trap 'scripts/docker-hosts.sh down >/dev/null 2>&1 || true; scripts/ssh-hosts.sh down >/dev/null 2>&1 || true' EXIT
+  HADAR_TRAINER=target/debug/hadar-trainer scripts/docker-hosts.sh up
+else
+  echo "not root: the Docker backend tests will fail (run as root, or start the daemons with sudo scripts/docker-hosts.sh up)" >&2
 fi
 
 step "tests"
