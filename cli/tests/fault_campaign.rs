@@ -9,7 +9,8 @@
 //!   for the whole run, across the kills);
 //! - every finished job's collected checkpoint holds its total iterations
 //!   (`hadar`: the checkpoint's own `step` is the total; `hadare`: the
-//!   copies' steps, merged, add up to at least the total);
+//!   report's count of the copies' work, credited from their checkpoints'
+//!   steps, is the total);
 //! - no task of the run is left alive at the end.
 //!
 //! The same campaign, shorter (4 runs), over SSH on the test hosts
@@ -196,7 +197,7 @@ fn campaign_run(seed: u64, policy: &str, setup: &Setup, hadar: &Path, trainer: &
         }
         if hook && out.status.code().is_none() {
             counts.crash_hook_kills += 1;
-        } else if !killed {
+        } else if !killed || out.status.code().is_some() {
             panic!(
                 "seed {seed} ({policy}): hadar failed without being killed: {:?}\n{}",
                 out.status,

@@ -101,6 +101,7 @@ impl RealRounds<'_> {
         self.state.running = kept;
         for r in lost {
             if r.iterations > 0 {
+                self.state.jobs[r.job as usize].lost += r.iterations;
                 ledger.warnings.push(format!(
                     "job {}: {} iterations were lost with node {node}",
                     self.config.jobs[r.job as usize].name, r.iterations
@@ -174,6 +175,7 @@ impl RealRounds<'_> {
         let results = stop_all(&self.backend, handles, self.config.stop).await;
         let now = self.now();
         let mut by_job: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
+        let mut failed: Option<RunError> = None;
         for (mut r, res) in tasks.into_iter().zip(results) {
             match res {
                 Ok(status) => {
@@ -191,11 +193,20 @@ impl RealRounds<'_> {
                         self.state.running.push(r);
                         self.lose(ledger, &node);
                     }
-                    None => return Err(e.into()),
+                    None => {
+                        // Not stopped: it stays ours, recorded, and the
+                        // others are still banked before the error returns.
+                        self.state.running.push(r);
+                        failed.get_or_insert(e.into());
+                    }
                 },
             }
         }
-        self.bank(by_job, ledger).await
+        let banked = self.bank(by_job, ledger).await;
+        match failed {
+            Some(e) => Err(e),
+            None => banked,
+        }
     }
 
     /// Collects the checkpoints of ended tasks (all fetched side by side),
@@ -210,16 +221,31 @@ impl RealRounds<'_> {
         let into = incoming(&self.config.state_dir)?;
         let fetched = fetch_checkpoints(&self.backend, handles, &into).await;
         let mut files: BTreeMap<u32, Vec<(std::path::PathBuf, u64)>> = BTreeMap::new();
+        // Every job is banked before the first error returns: one failed
+        // fetch or install does not leave the others' checkpoints behind.
+        let mut failed: Option<RunError> = None;
         for (r, f) in tasks.iter().zip(fetched) {
-            if let Some(path) = f? {
-                let credit = credited(&path, r);
-                files.entry(r.job).or_default().push((path, credit));
+            match f {
+                Ok(Some(path)) => {
+                    let credit = credited(&path, r);
+                    files.entry(r.job).or_default().push((path, credit));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    failed.get_or_insert(e.into());
+                }
             }
         }
         for (job, tasks) in &by_job {
             let did: u64 = tasks.iter().map(|r| r.iterations).sum();
             let got = files.remove(job).unwrap_or_default();
-            let banked = install(&self.config.state_dir, *job, &got)?;
+            let banked = match install(&self.config.state_dir, *job, &got) {
+                Ok(b) => b,
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
             let p = &mut self.state.jobs[*job as usize];
             p.held += banked;
             if !got.is_empty() {
@@ -229,7 +255,7 @@ impl RealRounds<'_> {
             } else {
                 p.without_checkpoint += 1;
                 if p.without_checkpoint >= NO_CHECKPOINT_LIMIT {
-                    return Err(RunError::NoCheckpoint {
+                    failed.get_or_insert(RunError::NoCheckpoint {
                         job: self.config.jobs[*job as usize].name.clone(),
                         times: p.without_checkpoint,
                         dir: tasks[0].handle.workdir.clone(),
@@ -253,7 +279,7 @@ impl RealRounds<'_> {
                 ));
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     fn spec(&self, t: &Task, round: u64, deadline: f64) -> TaskSpec {
@@ -275,7 +301,12 @@ impl RealRounds<'_> {
                 }),
             }
         }
-        let name = format!("job{}-round{}-copy{}", t.job.0, round, t.copy);
+        // The launch's sequence number makes every launch's directory and
+        // token its own, also when a resumed run replays a round.
+        let name = format!(
+            "job{}-round{}-copy{}-l{}",
+            t.job.0, round, t.copy, self.state.launches
+        );
         let resume = latest(&self.config.state_dir, t.job.0);
         TaskSpec {
             run: self.state.run_id.clone(),
@@ -317,6 +348,7 @@ impl RealRounds<'_> {
         let round_start = self.now();
         let deadline = self.state.started_unix_s + round_start + self.config.round_s;
         self.check_checkpoints(plan, ledger);
+        self.state.launches += 1;
         let specs: Vec<(Key, TaskSpec)> = plan
             .tasks
             .iter()
@@ -346,9 +378,17 @@ impl RealRounds<'_> {
             gap_s: 0.0,
             base_step: bases[&key.0],
         };
-        self.state.launching = specs
+        // Entries a restart could not settle (their node did not answer)
+        // stay recorded beside this round's.
+        let carried = self.state.launching.clone();
+        self.state.launching = carried
             .iter()
-            .map(|(key, spec)| record(*key, spec.handle("")))
+            .cloned()
+            .chain(
+                specs
+                    .iter()
+                    .map(|(key, spec)| record(*key, spec.handle(""))),
+            )
             .collect();
         if !self.state.launching.is_empty() {
             self.persist()?;
@@ -380,7 +420,7 @@ impl RealRounds<'_> {
                 },
             }
         }
-        self.state.launching.clear();
+        self.state.launching = carried;
         failed.map_or(Ok(()), Err)
     }
 
@@ -436,8 +476,10 @@ impl RealRounds<'_> {
         )
         .await;
         let now = self.now();
-        let mut ended: Vec<usize> = Vec::new();
-        let mut hung: Vec<usize> = Vec::new();
+        // Keys, not positions: entries leave the running list (a lost node,
+        // a hung task) before the ended ones are taken out.
+        let mut ended: HashSet<Key> = HashSet::new();
+        let mut hung: HashSet<Key> = HashSet::new();
         let mut lost: Vec<String> = Vec::new();
         for (i, res) in results.into_iter().enumerate() {
             match res {
@@ -446,7 +488,7 @@ impl RealRounds<'_> {
                     let r = &self.state.running[i];
                     let limit = hang_limit(&self.config.guards, r.iterations > 0, r.gap_s);
                     if status.state == TaskState::Running && now - r.progress_s > limit {
-                        hung.push(i);
+                        hung.insert((r.job, r.copy));
                     }
                     let job = self.state.running[i].job;
                     let event = Event::Progress {
@@ -466,7 +508,7 @@ impl RealRounds<'_> {
                                 code.map_or("a signal".to_string(), |c| format!("status {c}"))
                             ));
                         }
-                        ended.push(i);
+                        ended.insert((r.job, r.copy));
                     }
                 }
                 Err(e) => match e.lost_node() {
@@ -480,13 +522,9 @@ impl RealRounds<'_> {
         }
         self.stop_hung(&hung, now, ledger).await?;
         // Ended tasks leave; their checkpoints are banked.
-        let ended_keys: HashSet<Key> = ended
-            .iter()
-            .filter_map(|&i| self.state.running.get(i).map(|r| (r.job, r.copy)))
-            .collect();
         let (gone, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
             .into_iter()
-            .partition(|r| ended_keys.contains(&(r.job, r.copy)));
+            .partition(|r| ended.contains(&(r.job, r.copy)));
         self.state.running = rest;
         let mut by_job: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
         for r in gone {
@@ -518,18 +556,14 @@ impl RealRounds<'_> {
         Ok(finished_any)
     }
 
-    /// Kills the tasks at `hung` (indices into the running list, read before
-    /// any left it): their jobs resume from their checkpoints next round.
+    /// Kills the hung tasks (by key): their jobs resume from their
+    /// checkpoints next round.
     async fn stop_hung(
         &mut self,
-        hung: &[usize],
+        keys: &HashSet<Key>,
         now: f64,
         ledger: &mut Ledger,
     ) -> Result<(), RunError> {
-        let keys: HashSet<Key> = hung
-            .iter()
-            .filter_map(|&i| self.state.running.get(i).map(|r| (r.job, r.copy)))
-            .collect();
         if keys.is_empty() {
             return Ok(());
         }
@@ -647,9 +681,15 @@ impl RoundExecutor for RealRounds<'_> {
     }
 
     async fn idle_until(&mut self, t: f64) -> hadar_core::Result<f64> {
-        let wait = t - self.now();
-        if wait > 0.0 {
-            tokio::time::sleep(Duration::from_secs_f64(wait.min(3600.0))).await;
+        // In short sleeps: a stop asked while the run waits for a job's
+        // arrival is heard.
+        let until = self.now() + (t - self.now()).min(3600.0);
+        while self.now() < until {
+            if self.stop_asked() {
+                return Err(RunError::Stopped.into_core());
+            }
+            let left = (until - self.now()).clamp(0.0, 0.25);
+            tokio::time::sleep(Duration::from_secs_f64(left)).await;
         }
         Ok(self.now().max(t.min(self.now())))
     }
@@ -678,13 +718,30 @@ impl RealRounds<'_> {
         // Taken off the list only once every entry is settled: a failure on
         // the way leaves them recorded for the next try.
         let launching = self.state.launching.clone();
+        let mut ended: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
+        let mut kept: Vec<Running> = Vec::new();
         for mut r in launching {
             let running = self
                 .state
                 .running
                 .iter()
                 .any(|x| (x.job, x.copy) == (r.job, r.copy));
-            match self.backend.find(&r.handle).await? {
+            let found = match self.backend.find(&r.handle).await {
+                Err(e) if e.lost_node().is_some() => {
+                    // Its node does not answer: the task may live on there.
+                    // It stays recorded for a later run to find.
+                    tracing::warn!(
+                        "job {} copy {}: cannot look for the task launched before the \
+                         restart ({e}); it stays recorded",
+                        self.config.jobs[r.job as usize].name,
+                        r.copy
+                    );
+                    kept.push(r);
+                    continue;
+                }
+                other => other?,
+            };
+            match found {
                 Some(h) if !running => {
                     tracing::warn!(
                         "job {} copy {}: adopting task {} launched by a run that was killed \
@@ -702,10 +759,20 @@ impl RealRounds<'_> {
                         res?;
                     }
                 }
-                None => {}
+                None => ended.entry(r.job).or_default().push(r),
             }
         }
-        self.state.launching.clear();
+        // Launched and already ended: collected as any ended task is.
+        let mut ledger = Ledger::default();
+        if let Err(e) = self.bank(ended, &mut ledger).await {
+            tracing::warn!(
+                "collecting the checkpoints of tasks that ended while no run watched: {e}"
+            );
+        }
+        for w in ledger.warnings {
+            tracing::warn!("{w}");
+        }
+        self.state.launching = kept;
         self.persist()
     }
 

@@ -72,13 +72,25 @@ pub enum RunError {
     /// The state directory holds another run.
     #[error(
         "{dir} holds a run of other jobs ({difference}); use another --state directory, or \
-         delete that one to start over"
+         --fresh to stop that run's tasks and start over (its files are kept aside)"
     )]
     OtherRun {
         /// The state directory.
         dir: PathBuf,
         /// What differs.
         difference: String,
+    },
+    /// `--fresh` cannot find the old run's tasks.
+    #[error(
+        "--fresh: the saved run in {dir} cannot be read ({why}), so its tasks cannot be found \
+         and stopped; make sure none of them runs (`ps` for HADAR_TASK_TOKEN in the \
+         environment), then move {dir} away and start again"
+    )]
+    Fresh {
+        /// The state directory.
+        dir: PathBuf,
+        /// Why it cannot be read.
+        why: String,
     },
     /// Another `hadar run` holds the state directory.
     #[error(
@@ -442,6 +454,7 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             jobs: vec![JobProgress::default(); config.jobs.len()],
             running: Vec::new(),
             launching: Vec::new(),
+            launches: 0,
             loop_state: None,
             finished: false,
             finished_unix_s: None,
@@ -478,10 +491,14 @@ async fn start_over(config: &RunConfig, backend: &Arc<dyn Backend>) -> Result<()
             }
         }
         Ok(None) => {}
-        Err(e) => tracing::warn!(
-            "--fresh: the old state cannot be read ({e}); tasks it may have left are not \
-             stopped"
-        ),
+        Err(e) => {
+            // Its tasks cannot be found without it: moving it aside would
+            // leave them running unmanaged.
+            return Err(RunError::Fresh {
+                dir: dir.clone(),
+                why: e.to_string(),
+            });
+        }
     }
     if let Some(aside) = control::set_aside(dir, unix_now() as u64)? {
         tracing::warn!("--fresh: the old run's files are in {}", aside.display());

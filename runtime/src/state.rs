@@ -79,6 +79,10 @@ pub struct RunState {
     /// finds them again by token instead of starting them twice.
     #[serde(default)]
     pub launching: Vec<Running>,
+    /// Launch rounds so far: part of each task's name, so that no two
+    /// launches share a directory or a token.
+    #[serde(default)]
+    pub launches: u64,
     /// The loop's state after its last round (none before the first).
     pub loop_state: Option<LoopState>,
     /// Whether every job finished.
@@ -148,8 +152,8 @@ pub fn load_state(dir: &Path) -> Result<Option<RunState>, RunError> {
             io(
                 &path,
                 std::io::Error::other(format!(
-                    "not a state file of this version of hadar ({e}); move it away or start \
-                     afresh in another --state directory"
+                    "not a state file of this version of hadar ({e}); use another --state \
+                     directory, or move this one away once no task of it runs"
                 )),
             )
         }),
@@ -196,6 +200,7 @@ mod tests {
             jobs: vec![JobProgress::default(); jobs],
             running: vec![],
             launching: vec![],
+            launches: 0,
             loop_state: None,
             finished: false,
             finished_unix_s: None,

@@ -123,6 +123,10 @@ impl LoopState {
                 .active
                 .iter()
                 .all(|j| j.index() < self.jobs.jobs.len())
+            && self
+                .measured
+                .iter()
+                .all(|m| (m.job as usize) < workload.jobs().len() && m.rate.is_finite())
     }
 }
 
