@@ -8,7 +8,8 @@ use hadar_backend::registry::Registry;
 pub fn registry() -> Registry {
     let mut r = Registry::new();
     r.register(hadar_backend_local::FACTORY)
-        .register(hadar_backend_ssh::FACTORY);
+        .register(hadar_backend_ssh::FACTORY)
+        .register(hadar_backend_slurm::FACTORY);
     r
 }
 
