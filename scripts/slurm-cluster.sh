@@ -10,7 +10,8 @@
 # Nodes (HADAR_SLURM_NODES, name:type:count:port): v100a v100b (gpu:v100:2),
 # k80a (gpu:k80:4), and `gone`, configured but never started (an unreachable
 # node). Partition `hadar`. SlurmdTimeout is short (a killed slurmd makes its
-# node DOWN within ~15 s). Config in /etc/slurm (where the Slurm commands
+# node DOWN within ~15 s); the backfill scheduler, which alone starts
+# heterogeneous jobs such as the allocation, runs every second. Config in /etc/slurm (where the Slurm commands
 # look), state and logs under $HADAR_SLURM_DIR.
 set -euo pipefail
 NODES=${HADAR_SLURM_NODES:-"v100a:v100:2:17101 v100b:v100:2:17102 k80a:k80:4:17103"}
@@ -109,7 +110,7 @@ JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/backfill
-SchedulerParameters=sched_min_interval=0,batch_sched_delay=0
+SchedulerParameters=sched_min_interval=0,batch_sched_delay=0,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100

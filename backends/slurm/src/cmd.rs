@@ -33,8 +33,14 @@ pub fn usable_state(state: &str) -> bool {
         && !state.ends_with('~')
         && matches!(
             state.trim_end_matches(['+', '$', '-', '#', '!', '%', '@', '^']),
-            "idle" | "mix" | "alloc" | "comp" | "resv"
+            "idle" | "mix" | "alloc" | "comp" | "resv" | "plnd"
         )
+}
+
+/// Whether a compact `sinfo %t` state says the node is lost: its slurmd
+/// does not answer (`*`), or it is down or failed.
+pub fn lost_state(state: &str) -> bool {
+    state.ends_with('*') || state.starts_with("down") || state.starts_with("fail")
 }
 
 /// `sinfo` listing every node of the partition (one call: name, state, GRES).
@@ -279,10 +285,13 @@ pub struct Group {
     pub nodes: Vec<String>,
 }
 
-/// The allocation's `salloc` command: one heterogeneous component per group
-/// (nodes of one GPU type and count), whole nodes, kept when a node fails
-/// (`--no-kill`: Hadar reschedules its tasks), warned with `signal` before
-/// its time limit.
+/// The allocation's `salloc` command: one job over every usable node, whole
+/// nodes, all their GPUs (`--gpus` = their sum: with the nodes named, the
+/// only fit), kept when a node fails (`--no-kill`: Hadar reschedules its
+/// tasks), warned with `signal` before its time limit. (Not one
+/// heterogeneous component per GPU type: Slurm 22.05 ends every component
+/// when a node of one fails, and starts such jobs only from the backfill
+/// scheduler.)
 pub fn salloc_argv(
     name: &str,
     partition: Option<&str>,
@@ -292,31 +301,31 @@ pub fn salloc_argv(
     extra: &[String],
     groups: &[Group],
 ) -> Vec<String> {
+    let nodes: Vec<&str> = groups
+        .iter()
+        .flat_map(|g| g.nodes.iter().map(String::as_str))
+        .collect();
+    let gpus: u32 = groups.iter().map(|g| g.gpus * g.nodes.len() as u32).sum();
     let mut v = vec![
         "salloc".to_string(),
         "--no-shell".into(),
+        format!("--immediate={wait_s}"),
         format!("--job-name={name}"),
         "--no-kill".into(),
         format!("--signal={signal}"),
-        format!("--immediate={wait_s}"),
     ];
-    for (i, g) in groups.iter().enumerate() {
-        if i > 0 {
-            v.push(":".into());
-        }
-        if let Some(p) = partition {
-            v.push(format!("--partition={p}"));
-        }
-        if let Some(t) = time_limit {
-            v.push(format!("--time={t}"));
-        }
-        v.extend(extra.iter().cloned());
-        v.push("--exclusive".into());
-        v.push(format!("--nodes={}", g.nodes.len()));
-        v.push(format!("--nodelist={}", g.nodes.join(",")));
-        if g.gpus > 0 {
-            v.push(format!("--gres={}", gres(&g.raw_type, g.gpus)));
-        }
+    if let Some(p) = partition {
+        v.push(format!("--partition={p}"));
+    }
+    if let Some(t) = time_limit {
+        v.push(format!("--time={t}"));
+    }
+    v.extend(extra.iter().cloned());
+    v.push("--exclusive".into());
+    v.push(format!("--nodes={}", nodes.len()));
+    v.push(format!("--nodelist={}", nodes.join(",")));
+    if gpus > 0 {
+        v.push(format!("--gpus={gpus}"));
     }
     v
 }
@@ -343,11 +352,10 @@ pub fn parse_granted(stderr: &str) -> Option<u64> {
 pub struct StepArgs<'a> {
     /// The allocation's leader job id.
     pub job: u64,
-    /// Its het component, if the allocation has several.
-    pub het_group: Option<usize>,
     /// The node.
     pub node: &'a str,
-    /// `gpu:TYPE:N`, or `None` for no GPU.
+    /// `gpu:N` (untyped: the allocation's GPUs are, and a node has one
+    /// type), or `None` for no GPU.
     pub gres: Option<String>,
     /// The step's name.
     pub name: &'a str,
@@ -371,9 +379,6 @@ pub fn srun_argv(s: &StepArgs<'_>) -> Vec<String> {
         "-v".into(),
         format!("--jobid={}", s.job),
     ];
-    if let Some(g) = s.het_group {
-        v.push(format!("--het-group={g}"));
-    }
     v.extend([
         "--exact".to_string(),
         "--nodes=1".into(),
@@ -510,8 +515,12 @@ mod tests {
         for s in ["down*", "drain", "idle*", "unk", "fail", "idle~"] {
             assert!(!usable_state(s), "{s}");
         }
-        for s in ["idle", "mix", "alloc", "mix-", "idle+"] {
+        for s in ["idle", "mix", "alloc", "mix-", "idle+", "plnd"] {
             assert!(usable_state(s), "{s}");
+            assert!(!lost_state(s), "{s}");
+        }
+        for s in ["down*", "down", "idle*", "fail", "mix*"] {
+            assert!(lost_state(s), "{s}");
         }
     }
 
@@ -562,7 +571,7 @@ mod tests {
     }
 
     #[test]
-    fn salloc_holds_one_component_per_gpu_type() {
+    fn salloc_holds_every_gpu_of_the_nodes() {
         let groups = [
             Group {
                 raw_type: "v100".into(),
@@ -586,9 +595,8 @@ mod tests {
         );
         assert_eq!(
             v.join(" "),
-            "salloc --no-shell --job-name=hadar --no-kill --signal=TERM@120 --immediate=60 \
-             --partition=gpu --account=lab --exclusive --nodes=2 --nodelist=v100a,v100b --gres=gpu:v100:2 : \
-             --partition=gpu --account=lab --exclusive --nodes=1 --nodelist=k80a --gres=gpu:k80:4"
+            "salloc --no-shell --immediate=60 --job-name=hadar --no-kill --signal=TERM@120 \
+             --partition=gpu --account=lab --exclusive --nodes=3 --nodelist=v100a,v100b,k80a --gpus=8"
         );
     }
 
@@ -601,9 +609,8 @@ mod tests {
         ];
         let v = srun_argv(&StepArgs {
             job: 12,
-            het_group: Some(1),
             node: "k80a",
-            gres: Some(gres("k80", 2)),
+            gres: Some(gres("", 2)),
             name: &step_name("run-job'; rm -rf /"),
             log: Path::new("/shared/t/task.log"),
             workdir: Path::new("/shared/t"),
@@ -613,10 +620,9 @@ mod tests {
         let dashes = v.iter().position(|a| a == "--").unwrap();
         assert_eq!(&v[dashes + 1..], &argv[..], "the command, untouched, last");
         assert!(v.contains(&"--jobid=12".to_string()));
-        assert!(v.contains(&"--het-group=1".to_string()));
         assert!(v.contains(&"--exact".to_string()));
         assert!(v.contains(&"--nodelist=k80a".to_string()));
-        assert!(v.contains(&"--gres=gpu:k80:2".to_string()));
+        assert!(v.contains(&"--gres=gpu:2".to_string()));
         let name = v.iter().find(|a| a.starts_with("--job-name=")).unwrap();
         assert!(
             name.starts_with("--job-name=hadar-run-job___rm_-rf__-"),

@@ -1,10 +1,10 @@
 //! The Slurm backend: tasks as job steps of one allocation that Hadar holds.
 //!
 //! `open` discovers the partition's nodes and GPU types (one `sinfo` call)
-//! and holds one allocation (`salloc --no-shell`, one heterogeneous component
-//! per GPU type, whole nodes, `--no-kill`, `--signal` before its time limit),
+//! and holds one allocation (`salloc --no-shell` over the usable nodes, whole
+//! nodes with all their GPUs, `--no-kill`, `--signal` before its time limit),
 //! or finds the one it held before a restart by its name. Each task is a
-//! step, `srun --jobid=A --exact --nodelist=NODE --gres=gpu:TYPE:N
+//! step, `srun --jobid=A --exact --nodelist=NODE --gres=gpu:N
 //! --job-name=hadar-TOKEN... -- ARGV`, started with an argument vector with
 //! the inherited `SLURM_*` variables cleared, its output appended to
 //! `task.log` in its directory (on a filesystem shared with this machine),
@@ -94,7 +94,7 @@ pub struct SlurmOptions {
     pub allocation_wait_s: u32,
     /// How long a step may wait for its GPUs before its launch fails.
     pub launch_timeout: Duration,
-    /// Extra `salloc` options (account, QOS), per component.
+    /// Extra `salloc` options (account, QOS).
     pub salloc_args: Vec<String>,
     /// Extra `srun` options for every step (memory, CPUs).
     pub srun_args: Vec<String>,
@@ -133,10 +133,8 @@ pub struct ExpectedNode {
 struct Allocation {
     /// The leader's job id.
     job: u64,
-    /// Whether it has several het components.
-    het: bool,
-    /// node -> (het component, raw GPU type).
-    nodes: HashMap<String, (usize, String)>,
+    /// Its nodes, with their raw GPU types.
+    nodes: HashMap<String, String>,
     /// Nodes of the partition that did not answer when it was made.
     unusable: Vec<String>,
 }
@@ -369,19 +367,15 @@ impl SlurmBackend {
         let comps = cmd::parse_allocation(&out).map_err(|m| controller_error("squeue", m))?;
         let running: Vec<_> = comps.iter().filter(|(_, c)| c.2 == "RUNNING").collect();
         let a = if let Some((leader, _)) = running.first() {
-            // Found again (Hadar restarted): its components' nodes.
+            // Found again (Hadar restarted): its nodes.
             let mut nodes = HashMap::new();
-            let mut het = false;
-            for (l, (k, _, _, ns)) in comps.iter().filter(|(l, _)| l == leader) {
-                let _ = l;
-                het |= k.is_some();
+            for (_, (_, _, _, ns)) in comps.iter().filter(|(l, _)| l == leader) {
                 for n in ns {
-                    nodes.insert(n.clone(), (k.unwrap_or(0), raw_of(n)));
+                    nodes.insert(n.clone(), raw_of(n));
                 }
             }
             Allocation {
                 job: *leader,
-                het,
                 nodes,
                 unusable,
             }
@@ -417,14 +411,13 @@ impl SlurmBackend {
                 }
             };
             let mut nodes = HashMap::new();
-            for (k, g) in groups.iter().enumerate() {
+            for g in &groups {
                 for n in &g.nodes {
-                    nodes.insert(n.clone(), (k, g.raw_type.clone()));
+                    nodes.insert(n.clone(), g.raw_type.clone());
                 }
             }
             Allocation {
                 job,
-                het: groups.len() > 1,
                 nodes,
                 unusable,
             }
@@ -451,20 +444,24 @@ impl SlurmBackend {
         Ok(v)
     }
 
-    /// An error if the task's node stopped answering.
+    /// An error if one of the task's nodes stopped answering.
     async fn check_node(&self, task: &TaskHandle) -> Result<(), BackendError> {
-        let v = self.view(self.options.poll).await?;
         for node in &task.nodes {
-            if let Some(n) = v.nodes.iter().find(|n| n.name == *node) {
-                if n.state.ends_with('*') || n.state.starts_with("down") {
-                    return Err(BackendError::Unreachable {
-                        node: node.clone(),
-                        message: format!("Slurm says the node is {}", n.state),
-                    });
-                }
-            }
+            self.check_one(node, self.options.poll).await?;
         }
         Ok(())
+    }
+
+    /// An error if `node` stopped answering (a view at most `max_age` old).
+    async fn check_one(&self, node: &str, max_age: Duration) -> Result<(), BackendError> {
+        let v = self.view(max_age).await?;
+        match v.nodes.iter().find(|n| n.name == node) {
+            Some(n) if cmd::lost_state(&n.state) => Err(BackendError::Unreachable {
+                node: node.to_string(),
+                message: format!("Slurm says the node is {}", n.state),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Running or exited, from the step's srun if started here, else from
@@ -588,7 +585,7 @@ impl Backend for SlurmBackend {
             )));
         }
         let a = self.allocation().await?;
-        let Some((component, raw)) = a.nodes.get(node).cloned() else {
+        if !a.nodes.contains_key(node) {
             if a.unusable.iter().any(|n| n == node) {
                 return Err(BackendError::Unreachable {
                     node: node.into(),
@@ -600,6 +597,7 @@ impl Backend for SlurmBackend {
                 a.job
             )));
         };
+        self.check_one(node, self.options.poll).await?;
         let dir = &spec.workdir;
         std::fs::create_dir_all(dir).map_err(|e| BackendError::io(node, dir, e))?;
         for f in &spec.inputs {
@@ -613,9 +611,8 @@ impl Backend for SlurmBackend {
         let name = step_name(&spec.token);
         let argv = cmd::srun_argv(&cmd::StepArgs {
             job: a.job,
-            het_group: a.het.then_some(component),
             node,
-            gres: (n > 0).then(|| cmd::gres(&raw, n)),
+            gres: (n > 0).then(|| cmd::gres("", n)),
             name: &name,
             log: &log,
             workdir: dir,
@@ -684,17 +681,13 @@ impl Backend for SlurmBackend {
                 break;
             }
             if let Ok(Some(_)) = srun.try_wait() {
-                let s = said.lock().unwrap_or_else(|e| e.into_inner());
-                if s.lines
-                    .iter()
-                    .any(|l| l.contains("not responding") || l.contains("Node failure"))
-                {
-                    return Err(BackendError::Unreachable {
-                        node: node.into(),
-                        message: s.lines.join("; "),
-                    });
-                }
-                return Err(failed(&s, "srun failed to start"));
+                let err = {
+                    let s = said.lock().unwrap_or_else(|e| e.into_inner());
+                    failed(&s, "srun failed to start")
+                };
+                // A node that is gone is the likeliest cause: ask.
+                self.check_one(node, STOP_REFRESH).await?;
+                return Err(err);
             }
             if Instant::now() >= deadline {
                 let _ = srun.start_kill();
