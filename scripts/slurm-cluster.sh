@@ -10,9 +10,9 @@
 # Nodes (HADAR_SLURM_NODES, name:type:count:port): v100a v100b (gpu:v100:2),
 # k80a (gpu:k80:4), and `gone`, configured but never started (an unreachable
 # node). Partition `hadar`. SlurmdTimeout is short (a killed slurmd makes its
-# node DOWN within ~15 s); the backfill scheduler, which alone starts
-# heterogeneous jobs such as the allocation, runs every second. Config in /etc/slurm (where the Slurm commands
-# look), state and logs under $HADAR_SLURM_DIR.
+# node DOWN within ~15 s; ReturnToService=2 takes it back when its slurmd
+# returns). Config in /etc/slurm (where the Slurm commands look), state and
+# logs under $HADAR_SLURM_DIR.
 set -euo pipefail
 NODES=${HADAR_SLURM_NODES:-"v100a:v100:2:17101 v100b:v100:2:17102 k80a:k80:4:17103"}
 GONE=${HADAR_SLURM_GONE:-"gone:k80:4:17109"}

@@ -7,8 +7,8 @@
 //! poll_seconds = 30              # at most one controller query per this
 //! time_limit = "2-00:00:00"      # salloc --time
 //! preempt_signal = "TERM@120"    # salloc --signal: warned before the end
-//! allocation_wait_seconds = 600  # salloc --immediate
-//! launch_timeout_seconds = 120   # a step waiting longer for its GPUs fails
+//! allocation_wait_seconds = 100  # salloc --immediate (under the CLI's 120 s per call)
+//! launch_timeout_seconds = 100   # a step waiting longer for its GPUs fails
 //! salloc_args = ["--account=lab"]
 //! srun_args = ["--cpus-per-task=8", "--mem-per-cpu=4G"]
 //! aliases = { "nvidia_a100-sxm4-80gb" = "a100" }
