@@ -65,19 +65,23 @@ mod slurm_k80 {
 }
 
 /// The job protocol's environment reaches the step; `CUDA_VISIBLE_DEVICES`
-/// names the two GPUs Slurm gave it; inherited `SLURM_*` variables do not
-/// leak into the step's own.
+/// names the two GPUs Slurm gave it; `SLURM_*` variables of Hadar's own
+/// environment neither change the step's request nor reach the task.
 #[tokio::test]
 async fn environment_reaches_the_step() {
     let h = harness("k80a");
     let (b, t) = (&h.backend, &h.target);
+    // As if Hadar ran inside a job: srun would read these (64 CPUs do not
+    // fit a node) and pass them on, were they not cleared.
+    std::env::set_var("SLURM_CPUS_PER_TASK", "64");
+    std::env::set_var("SLURM_HADAR_LEAK", "leaked");
     let mut s = spec(
         t,
         "env",
         vec![
             "sh".into(),
             "-c".into(),
-            "echo \"$HADAR_JOB_ID|$HADAR_COPY|$HADAR_ROUND|$HADAR_GPU_TYPE|$HADAR_TOTAL_ITERATIONS|$HADAR_CHECKPOINT_DIR|$HADAR_TASK_TOKEN|$MINE|$SLURM_STEP_GPUS|$CUDA_VISIBLE_DEVICES\"".into(),
+            "echo \"$HADAR_JOB_ID|$HADAR_COPY|$HADAR_ROUND|$HADAR_GPU_TYPE|$HADAR_TOTAL_ITERATIONS|$HADAR_CHECKPOINT_DIR|$HADAR_TASK_TOKEN|$MINE|$SLURM_HADAR_LEAK|$CUDA_VISIBLE_DEVICES\"".into(),
         ],
         99,
     );
@@ -93,6 +97,10 @@ async fn environment_reaches_the_step() {
     let fields: Vec<&str> = log.trim().split('|').collect();
     let expected = format!("7|1|3|k80,k80|99|{}|{}|x y", s.workdir.display(), s.token);
     assert_eq!(fields[..8].join("|"), expected, "{log}");
+    assert_eq!(
+        fields[8], "",
+        "an inherited SLURM_ variable reached the task: {log}"
+    );
     let gpus: Vec<&str> = fields[9].split(',').collect();
     assert_eq!(gpus.len(), 2, "two GPUs from Slurm: {log}");
     assert!(
