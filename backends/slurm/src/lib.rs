@@ -803,3 +803,83 @@ impl Backend for SlurmBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sinfo() -> Vec<cmd::SlurmNode> {
+        cmd::parse_sinfo(
+            "g1\u{1f}idle\u{1f}gpu:nvidia_a100-sxm4-80gb:4\n\
+             g2\u{1f}mix\u{1f}gpu:nvidia_a100-sxm4-80gb:4\n\
+             t1\u{1f}down*\u{1f}gpu:tesla_t4:2\n\
+             c1\u{1f}idle\u{1f}(null)\n",
+        )
+        .expect("sinfo")
+    }
+
+    fn expect(name: &str, kind: &str, n: u32) -> ExpectedNode {
+        ExpectedNode {
+            name: name.into(),
+            gpus: vec![(kind.into(), n)],
+        }
+    }
+
+    #[test]
+    fn the_cluster_file_is_checked_against_slurm() {
+        let b = SlurmBackend::new(
+            SlurmOptions::default(),
+            vec![expect("g1", "a100", 4), expect("t1", "t4", 2)],
+        );
+        let (groups, unusable) = b.plan(&sinfo()).expect("plan");
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].nodes, ["g1"], "only the file's nodes");
+        assert_eq!(unusable, ["t1"], "a node that does not answer is left out");
+
+        let b = SlurmBackend::new(
+            SlurmOptions::default(),
+            vec![expect("g1", "h100", 4), expect("x9", "a100", 1)],
+        );
+        let err = b.plan(&sinfo()).expect_err("mismatch").to_string();
+        for part in [
+            "node g1 should have",
+            "node x9 is not in the partition",
+            "g1 [idle] 4x nvidia_a100-sxm4-80gb (as `a100`)",
+            "t1 [down*] 2x tesla_t4 (as `t4`)",
+        ] {
+            assert!(err.contains(part), "{part:?} not in {err}");
+        }
+    }
+
+    #[test]
+    fn no_usable_gpu_node_is_an_error_that_lists_what_was_found() {
+        let b = SlurmBackend::new(SlurmOptions::default(), vec![]);
+        let only_down = &sinfo()[2..];
+        let err = b.plan(only_down).expect_err("nothing usable").to_string();
+        assert!(err.contains("no answering node with GPUs"), "{err}");
+        assert!(err.contains("t1 [down*] 2x tesla_t4 (as `t4`)"), "{err}");
+        let err = b.plan(&[]).expect_err("nothing").to_string();
+        assert!(err.contains("found: nothing"), "{err}");
+        let (groups, _) = b.plan(&sinfo()).expect("plan");
+        assert_eq!(groups[0].nodes, ["g1", "g2"], "every answering GPU node");
+    }
+
+    #[test]
+    fn malformed_ids_are_refused_before_any_signal() {
+        let h = TaskHandle {
+            id: "1".into(),
+            nodes: vec!["g1".into()],
+            workdir: "/tmp/x".into(),
+            token: "t".into(),
+        };
+        assert!(matches!(step_id(&h), Err(BackendError::Invalid(_))));
+        assert_eq!(
+            step_id(&TaskHandle {
+                id: "12.0".into(),
+                ..h
+            })
+            .ok(),
+            Some("12.0")
+        );
+    }
+}
