@@ -423,6 +423,26 @@ pub fn parse_launching(line: &str) -> Option<String> {
     valid_step_id(&id).then_some(id)
 }
 
+/// The node an `srun` line says could not be reached to start a task
+/// (`srun: error: Task launch for StepId=59.0 failed on node v100b:
+/// Communication connection failure`): its slurmd is gone, though the
+/// controller may not have noticed yet.
+pub fn unreachable_node(line: &str) -> Option<String> {
+    let rest = line.split_once("failed on node ")?.1;
+    let (node, why) = rest.split_once(':')?;
+    let why = why.to_ascii_lowercase();
+    [
+        "communication",
+        "connect",
+        "zero bytes",
+        "timed out",
+        "not responding",
+    ]
+    .iter()
+    .any(|w| why.contains(w))
+    .then(|| node.trim().to_string())
+}
+
 /// Whether an `srun -v` line says the task started.
 pub fn is_started(line: &str) -> bool {
     line.contains("_task_start:") && line.contains("started")
@@ -666,5 +686,16 @@ mod tests {
             assert!(!valid_step_id(id), "{id}");
         }
         assert!(valid_step_id("4.0"));
+        assert_eq!(
+            unreachable_node(
+                "srun: error: Task launch for StepId=59.0 failed on node v100b: Communication connection failure"
+            )
+            .as_deref(),
+            Some("v100b")
+        );
+        assert_eq!(
+            unreachable_node("srun: error: Task launch for StepId=59.0 failed on node v100b: Invalid job credential"),
+            None
+        );
     }
 }

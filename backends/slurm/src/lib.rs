@@ -161,6 +161,8 @@ struct Said {
     /// `Some(code)` once srun reported the task's end.
     finish: Option<Option<i32>>,
     lines: Vec<String>,
+    /// Its standard error reached its end.
+    eof: bool,
 }
 
 /// Runs tasks as job steps of one Slurm allocation.
@@ -380,6 +382,13 @@ impl SlurmBackend {
                 unusable,
             }
         } else {
+            // A request left pending by a salloc that was killed (a timeout
+            // of the caller) would start later and hold nodes for nobody.
+            for (_, (_, id, state, _)) in &comps {
+                if state == "PENDING" {
+                    let _ = run(&cmd::scancel_argv(&id.to_string())).await;
+                }
+            }
             let o = &self.options;
             let argv = cmd::salloc_argv(
                 name,
@@ -470,18 +479,29 @@ impl SlurmBackend {
         if !cmd::valid_step_id(&task.id) {
             return Ok(TaskState::Exited { code: None });
         }
-        {
+        let exited = {
             let mut launched = self.launched.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(l) = launched.get_mut(&task.id) {
-                return Ok(match l.srun.try_wait() {
-                    Ok(None) => TaskState::Running,
-                    Ok(Some(_)) | Err(_) => {
-                        let said = l.said.lock().unwrap_or_else(|e| e.into_inner());
-                        TaskState::Exited {
-                            code: said.finish.flatten(),
-                        }
-                    }
-                });
+            match launched.get_mut(&task.id) {
+                Some(l) => match l.srun.try_wait() {
+                    Ok(None) => return Ok(TaskState::Running),
+                    Ok(Some(_)) | Err(_) => Some(l.said.clone()),
+                },
+                None => None,
+            }
+        };
+        if let Some(said) = exited {
+            // srun has exited: its last lines (the task's wait status) are
+            // read once its standard error reaches its end.
+            let until = Instant::now() + Duration::from_secs(2);
+            loop {
+                let done = {
+                    let s = said.lock().unwrap_or_else(|e| e.into_inner());
+                    (s.eof || Instant::now() >= until).then(|| s.finish.flatten())
+                };
+                if let Some(code) = done {
+                    return Ok(TaskState::Exited { code });
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
         let name = step_name(&task.token);
@@ -659,6 +679,8 @@ impl Backend for SlurmBackend {
                     }
                     let _ = tx.send(());
                 }
+                said.lock().unwrap_or_else(|e| e.into_inner()).eof = true;
+                let _ = tx.send(());
             });
         }
         let failed = |said: &Said, why: &str| BackendError::Launch {
@@ -683,7 +705,13 @@ impl Backend for SlurmBackend {
             if let Ok(Some(_)) = srun.try_wait() {
                 let err = {
                     let s = said.lock().unwrap_or_else(|e| e.into_inner());
-                    failed(&s, "srun failed to start")
+                    match s.lines.iter().find_map(|l| cmd::unreachable_node(l)) {
+                        Some(lost) => BackendError::Unreachable {
+                            node: lost,
+                            message: s.lines.join("; "),
+                        },
+                        None => failed(&s, "srun failed to start"),
+                    }
                 };
                 // A node that is gone is the likeliest cause: ask.
                 self.check_one(node, STOP_REFRESH).await?;
