@@ -1,7 +1,8 @@
 //! Real runs on the Slurm test cluster (`scripts/slurm-cluster.sh up`):
 //! six jobs of the example trainer, two with gangs of 2, under Hadar and
-//! under HadarE, every task a job step of one allocation; and a node lost
-//! mid-run (its slurmd killed), whose jobs finish elsewhere.
+//! under HadarE, every task a job step of one allocation; a node lost
+//! mid-run (its slurmd killed), whose jobs finish elsewhere; and the
+//! backend's own report of a node whose slurmd was killed.
 
 use std::path::Path;
 use std::process::Command;
@@ -207,4 +208,58 @@ async fn a_node_whose_slurmd_dies_is_lost_and_its_jobs_finish_elsewhere() {
         state.loop_state.expect("the loop's state").gone,
         vec!["v100b".to_string()]
     );
+}
+
+/// The backend itself, slurmd of v100b killed: a launch there and the status
+/// of the task already running there both say the node is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_slurmd_makes_its_node_unreachable() {
+    slurm_up();
+    let _one = ONE_RUN.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = backend(&cluster());
+    let t = hadar_tests::conformance::Target {
+        node: "v100b".into(),
+        workdir: dir.path().to_path_buf(),
+        trainer: local_trainer(),
+    };
+    let mut running =
+        hadar_tests::conformance::spec(&t, "victim", vec!["sleep".into(), "120".into()], 1);
+    running.placement[0].gpu_types = vec!["v100".into(), "v100".into()];
+    let task = b.launch(&running).await.expect("launch");
+    let pidfile = format!("{SLURM_DIR}/run/slurmd-v100b.pid");
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap_or_else(|e| panic!("{pidfile}: {e}"))
+        .trim()
+        .to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let mut late = running.clone();
+    late.token = format!("{}-late", running.token);
+    late.workdir = dir.path().join("late");
+    let launched = b.launch(&late).await;
+    let start = Instant::now();
+    let lost = loop {
+        match b.status(&task).await {
+            Err(e) => break e,
+            Ok(_) => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "v100b was never reported lost ({})",
+                    node_state("v100b")
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    revive_v100b();
+    let _ = b.close().await;
+    match launched {
+        Err(e) => assert_eq!(e.lost_node(), Some("v100b"), "{e}"),
+        Ok(h) => panic!("launched on a node without slurmd: {h:?}"),
+    }
+    assert_eq!(lost.lost_node(), Some("v100b"), "{lost}");
 }
