@@ -12,12 +12,13 @@
 //! `CUDA_VISIBLE_DEVICES`. A stop is `scancel --signal=SIG A.S`, the grace
 //! period, then `scancel --signal=KILL A.S` and `scancel A.S`.
 //!
-//! The controller is asked at most once per `poll` (one `squeue` of this
-//! user's steps and one `sinfo` of the nodes), for tasks this process did not
-//! start (found again by their step name after a restart) and for lost
-//! nodes: a task on a node whose slurmd does not answer is reported as
-//! [`BackendError::Unreachable`], so that the runtime reschedules it. Tasks
-//! started here are followed through their `srun` (its exit is the task's).
+//! The controller is asked at most once per `poll`: one `sinfo` of the
+//! nodes for all tasks (lost nodes), and one `squeue` of this user's steps
+//! only while there are tasks this process did not start (found again by
+//! their step name after a restart). A task on a node whose slurmd does not
+//! answer is reported as [`BackendError::Unreachable`], so that the runtime
+//! reschedules it. Tasks started here are followed through their `srun` (its
+//! exit is the task's).
 //!
 //! `slurm-sys` is not used: it binds a C API that Slurm removed in 18.08.
 
@@ -142,9 +143,21 @@ struct Allocation {
 /// What the controller said last.
 #[derive(Debug, Default)]
 struct View {
-    at: Option<Instant>,
+    /// When `steps` was read (`squeue`).
+    steps_at: Option<Instant>,
     steps: Vec<cmd::Step>,
+    /// When `nodes` was read (`sinfo`).
+    nodes_at: Option<Instant>,
     nodes: Vec<cmd::SlurmNode>,
+}
+
+/// What a caller needs of the controller's view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// The nodes' states (lost nodes).
+    Nodes,
+    /// This user's steps (tasks not started by this process).
+    Steps,
 }
 
 /// A step this process started: its `srun`, and what srun said.
@@ -435,20 +448,32 @@ impl SlurmBackend {
         Ok(a)
     }
 
-    /// The controller's view, asked again if older than `max_age`.
+    /// The controller's view, the part `want` asked again if older than
+    /// `max_age`: one call (`sinfo` or `squeue`) for all tasks.
     async fn view(
         &self,
         max_age: Duration,
+        want: Want,
     ) -> Result<tokio::sync::MutexGuard<'_, View>, BackendError> {
         let mut v = self.view.lock().await;
-        if v.at.is_none_or(|t| t.elapsed() >= max_age) {
-            let steps = run(&cmd::squeue_steps_argv())
-                .await
-                .map_err(|m| controller_error("squeue", m))?;
-            let nodes = self.discover().await?;
-            v.steps = cmd::parse_steps(&steps);
-            v.nodes = nodes;
-            v.at = Some(Instant::now());
+        let at = match want {
+            Want::Nodes => v.nodes_at,
+            Want::Steps => v.steps_at,
+        };
+        if at.is_none_or(|t| t.elapsed() >= max_age) {
+            match want {
+                Want::Nodes => {
+                    v.nodes = self.discover().await?;
+                    v.nodes_at = Some(Instant::now());
+                }
+                Want::Steps => {
+                    let out = run(&cmd::squeue_steps_argv())
+                        .await
+                        .map_err(|m| controller_error("squeue", m))?;
+                    v.steps = cmd::parse_steps(&out);
+                    v.steps_at = Some(Instant::now());
+                }
+            }
         }
         Ok(v)
     }
@@ -463,7 +488,7 @@ impl SlurmBackend {
 
     /// An error if `node` stopped answering (a view at most `max_age` old).
     async fn check_one(&self, node: &str, max_age: Duration) -> Result<(), BackendError> {
-        let v = self.view(max_age).await?;
+        let v = self.view(max_age, Want::Nodes).await?;
         match v.nodes.iter().find(|n| n.name == node) {
             Some(n) if cmd::lost_state(&n.state) => Err(BackendError::Unreachable {
                 node: node.to_string(),
@@ -505,7 +530,7 @@ impl SlurmBackend {
             }
         }
         let name = step_name(&task.token);
-        let v = self.view(max_age).await?;
+        let v = self.view(max_age, Want::Steps).await?;
         Ok(
             if v.steps.iter().any(|s| s.id == task.id && s.name == name) {
                 TaskState::Running
@@ -808,7 +833,7 @@ impl Backend for SlurmBackend {
 
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
         let name = step_name(&task.token);
-        let v = self.view(STOP_REFRESH).await?;
+        let v = self.view(STOP_REFRESH, Want::Steps).await?;
         Ok(v.steps.iter().find(|s| s.name == name).map(|s| TaskHandle {
             id: s.id.clone(),
             ..task.clone()
