@@ -127,6 +127,20 @@ async fn six_jobs_finish(policy: PolicyKind) {
         !steps.contains("hadar-"),
         "no step left after the run: {steps}"
     );
+    let held = Command::new("squeue")
+        .args([
+            "-h",
+            "--name=hadar-tests",
+            "--states=RUNNING,PENDING",
+            "--format=%i",
+        ])
+        .output()
+        .expect("squeue");
+    let held = String::from_utf8_lossy(&held.stdout);
+    assert!(
+        held.trim().is_empty(),
+        "the allocation was released: {held}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
