@@ -1,8 +1,9 @@
 //! Real runs on the Slurm test cluster (`scripts/slurm-cluster.sh up`):
 //! six jobs of the example trainer, two with gangs of 2, under Hadar and
 //! under HadarE, every task a job step of one allocation; a node lost
-//! mid-run (its slurmd killed), whose jobs finish elsewhere; and the
-//! backend's own report of a node whose slurmd was killed.
+//! mid-run (its slurmd killed), whose jobs finish elsewhere; the backend's
+//! own report of a node whose slurmd was killed; and a dropped run resumed
+//! in the same allocation.
 
 use std::path::Path;
 use std::process::Command;
@@ -276,4 +277,53 @@ async fn a_killed_slurmd_makes_its_node_unreachable() {
         Ok(h) => panic!("launched on a node without slurmd: {h:?}"),
     }
     assert_eq!(lost.lost_node(), Some("v100b"), "{lost}");
+}
+
+/// A run dropped mid-way (as a killed `hadar run` stops): its allocation and
+/// steps live on; a new runtime with a new backend finds the allocation by
+/// name and its tasks by their steps, and finishes every job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_run_resumes_in_the_same_allocation() {
+    slurm_up();
+    let _one = ONE_RUN.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = tempfile::tempdir().expect("tempdir");
+    let config = run_config(PolicyKind::Hadar, 20_000, dir.path(), remote.path());
+    let first = tokio::time::timeout(
+        Duration::from_millis(4000),
+        run(&config, Arc::new(backend(&cluster())), &mut |_| {}),
+    )
+    .await;
+    assert!(first.is_err(), "the first run was cut short");
+    let allocation = || {
+        let out = Command::new("squeue")
+            .args([
+                "-h",
+                "--name=hadar-tests",
+                "--states=RUNNING",
+                "--format=%i",
+            ])
+            .output()
+            .expect("squeue");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let held = allocation();
+    assert!(!held.is_empty(), "the allocation outlived the dropped run");
+    let steps = Command::new("squeue")
+        .args(["-h", "--steps", "--format=%j"])
+        .output()
+        .expect("squeue");
+    let steps = String::from_utf8_lossy(&steps.stdout).into_owned();
+    assert!(
+        steps.lines().any(|l| l.starts_with("hadar-")),
+        "its steps outlived it too (the new run adopts them): {steps}"
+    );
+    let report = run(&config, Arc::new(backend(&cluster())), &mut |_| {})
+        .await
+        .expect("resumed run");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
+    }
+    assert!(allocation().is_empty(), "released at the end");
 }
