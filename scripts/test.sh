@@ -17,7 +17,8 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # System packages the build or tests need: a C compiler, OpenSSL and zlib
 # headers for ssh2 (libssh2 is built from source), and the tools the SSH test
-# hosts use (scripts/ssh-hosts.sh installs openssh-server itself).
+# hosts use (scripts/ssh-hosts.sh installs openssh-server itself,
+# scripts/slurm-cluster.sh slurm-wlm and munge).
 need=()
 command -v cc >/dev/null || need+=(gcc)
 command -v pkg-config >/dev/null || need+=(pkg-config)
@@ -45,22 +46,35 @@ fi
 step "build (once; tests reuse it)"
 cargo test --workspace --locked --no-run
 
+# What the test hosts started is stopped at the end, also on a failure.
+started=()
+stop_test_hosts() {
+  for s in "${started[@]}"; do "$s" down >/dev/null 2>&1 || true; done
+}
+trap stop_test_hosts EXIT
+
 step "SSH test hosts (network namespaces with sshd; scripts/ssh-hosts.sh)"
 if [ "$(id -u)" = 0 ]; then
+  started+=(scripts/ssh-hosts.sh)
   scripts/ssh-hosts.sh up
-  trap 'scripts/ssh-hosts.sh down >/dev/null 2>&1 || true' EXIT
 else
   echo "not root: the SSH backend tests will fail (run as root, or start the hosts with sudo scripts/ssh-hosts.sh up)" >&2
 fi
 
 step "Docker test daemons (local dockerd and two in network namespaces; scripts/docker-hosts.sh)"
 if [ "$(id -u)" = 0 ]; then
-  # Stopped by pid at the end, also when a step fails (the trap is set first:
-  # a start that fails half-way stops what it started).
-  trap 'scripts/docker-hosts.sh down >/dev/null 2>&1 || true; scripts/ssh-hosts.sh down >/dev/null 2>&1 || true' EXIT
+  started+=(scripts/docker-hosts.sh)
   HADAR_TRAINER=target/debug/hadar-trainer scripts/docker-hosts.sh up
 else
   echo "not root: the Docker backend tests will fail (run as root, or start the daemons with sudo scripts/docker-hosts.sh up)" >&2
+fi
+
+step "Slurm test cluster (munged, slurmctld, 3 slurmd with fake GPUs; scripts/slurm-cluster.sh)"
+if [ "$(id -u)" = 0 ]; then
+  started+=(scripts/slurm-cluster.sh)
+  scripts/slurm-cluster.sh up
+else
+  echo "not root: the Slurm backend tests will fail (run as root, or start the cluster with sudo scripts/slurm-cluster.sh up)" >&2
 fi
 
 step "tests"

@@ -9,7 +9,8 @@ pub fn registry() -> Registry {
     let mut r = Registry::new();
     r.register(hadar_backend_local::FACTORY)
         .register(hadar_backend_ssh::FACTORY)
-        .register(hadar_backend_docker::FACTORY);
+        .register(hadar_backend_docker::FACTORY)
+        .register(hadar_backend_slurm::FACTORY);
     r
 }
 

@@ -1,0 +1,133 @@
+//! The Slurm backend's part of a cluster file: a `[backend.slurm]` table.
+//!
+//! ```toml
+//! [backend.slurm]
+//! partition = "gpu"              # default: the cluster's default partition
+//! allocation_name = "hadar"      # the allocation's job name (found again by it)
+//! poll_seconds = 30              # at most one controller query per this
+//! time_limit = "2-00:00:00"      # salloc --time
+//! preempt_signal = "TERM@120"    # salloc --signal: warned before the end
+//! allocation_wait_seconds = 100  # salloc --immediate (under the CLI's 120 s per call)
+//! launch_timeout_seconds = 100   # a step waiting longer for its GPUs fails
+//! salloc_args = ["--account=lab"]
+//! srun_args = ["--cpus-per-task=8", "--mem-per-cpu=4G"]
+//! aliases = { "nvidia_a100-sxm4-80gb" = "a100" }
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hadar_core::error::{Error, Location, Result};
+use serde::Deserialize;
+
+use crate::SlurmOptions;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Table {
+    partition: Option<String>,
+    allocation_name: Option<String>,
+    poll_seconds: Option<f64>,
+    time_limit: Option<String>,
+    preempt_signal: Option<String>,
+    allocation_wait_seconds: Option<u32>,
+    launch_timeout_seconds: Option<f64>,
+    #[serde(default)]
+    salloc_args: Vec<String>,
+    #[serde(default)]
+    srun_args: Vec<String>,
+    #[serde(default)]
+    aliases: BTreeMap<String, String>,
+}
+
+fn seconds(v: f64, at: &Location, field: &str, min: f64) -> Result<Duration> {
+    if !(v.is_finite() && v >= min && v <= 86_400.0) {
+        return Err(Error::parse(
+            at.clone().field(format!("backend.slurm.{field}")),
+            format!("{v}: expected seconds from {min} to 86400"),
+        ));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// The options in a cluster file's TOML (`[backend.slurm]`, all optional).
+pub fn from_toml(file: &toml::Table, source: &str) -> Result<SlurmOptions> {
+    let at = Location::new(source);
+    let table: Table = match file.get("backend").and_then(|b| b.get("slurm")) {
+        Some(t) => t
+            .clone()
+            .try_into()
+            .map_err(|e| Error::parse(at.clone().field("backend.slurm"), e.to_string()))?,
+        None => Table::default(),
+    };
+    let d = SlurmOptions::default();
+    let mut allocation_name = d.allocation_name;
+    if let Some(n) = table.allocation_name {
+        if n.is_empty()
+            || !n
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            return Err(Error::parse(
+                at.field("backend.slurm.allocation_name"),
+                format!("{n:?}: use letters, digits, `.`, `_` and `-`"),
+            ));
+        }
+        allocation_name = n;
+    }
+    let o = SlurmOptions {
+        partition: table.partition,
+        allocation_name,
+        poll: match table.poll_seconds {
+            Some(p) => seconds(p, &at, "poll_seconds", 0.1)?,
+            None => d.poll,
+        },
+        time_limit: table.time_limit,
+        preempt_signal: table.preempt_signal.unwrap_or(d.preempt_signal),
+        allocation_wait_s: table.allocation_wait_seconds.unwrap_or(d.allocation_wait_s),
+        launch_timeout: match table.launch_timeout_seconds {
+            Some(t) => seconds(t, &at, "launch_timeout_seconds", 1.0)?,
+            None => d.launch_timeout,
+        },
+        salloc_args: table.salloc_args,
+        srun_args: table.srun_args,
+        aliases: table.aliases,
+    };
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_come_from_the_backend_table() {
+        let file: toml::Table = toml::from_str(
+            r#"
+[backend.slurm]
+partition = "gpu"
+poll_seconds = 60
+srun_args = ["--mem-per-cpu=4G"]
+aliases = { "nvidia_a100-sxm4-80gb" = "a100" }
+"#,
+        )
+        .unwrap();
+        let o = from_toml(&file, "c.toml").unwrap();
+        assert_eq!(o.partition.as_deref(), Some("gpu"));
+        assert_eq!(o.poll, Duration::from_secs(60));
+        assert_eq!(o.srun_args, ["--mem-per-cpu=4G"]);
+        assert_eq!(o.aliases["nvidia_a100-sxm4-80gb"], "a100");
+        let d = from_toml(&toml::Table::new(), "c.toml").unwrap();
+        assert_eq!(d.poll, Duration::from_secs(30));
+        for bad in [
+            "[backend.slurm]\npoll_seconds = -1",
+            "[backend.slurm]\npoll_seconds = nan",
+            "[backend.slurm]\nunknown = 1",
+            "[backend.slurm]\nallocation_name = \"a b\"",
+        ] {
+            let file: toml::Table = toml::from_str(bad).unwrap();
+            let err = from_toml(&file, "c.toml").unwrap_err().to_string();
+            assert!(err.contains("backend.slurm"), "{bad}: {err}");
+        }
+    }
+}

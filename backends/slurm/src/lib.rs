@@ -1,0 +1,938 @@
+//! The Slurm backend: tasks as job steps of one allocation that Hadar holds.
+//!
+//! `open` discovers the partition's nodes and GPU types (one `sinfo` call)
+//! and holds one allocation (`salloc --no-shell` over the usable nodes, whole
+//! nodes with all their GPUs, `--no-kill`, `--signal` before its time limit),
+//! or finds the one it held before a restart by its name. Each task is a
+//! step, `srun --jobid=A --exact --nodelist=NODE --gres=gpu:N
+//! --job-name=hadar-TOKEN... -- ARGV`, started with an argument vector with
+//! the inherited `SLURM_*` variables cleared, its output appended to
+//! `task.log` in its directory (on a filesystem shared with this machine),
+//! where its progress is read from. Slurm picks the step's GPUs and sets
+//! `CUDA_VISIBLE_DEVICES`. A stop is `scancel --signal=SIG A.S`, the grace
+//! period, then `scancel --signal=KILL A.S` and `scancel A.S`.
+//!
+//! The controller is asked at most once per `poll`: one `sinfo` of the
+//! nodes for all tasks (lost nodes), and one `squeue` of this user's steps
+//! only while there are tasks this process did not start (found again by
+//! their step name after a restart). A task on a node whose slurmd does not
+//! answer is reported as [`BackendError::Unreachable`], so that the runtime
+//! reschedules it. Tasks started here are followed through their `srun` (its
+//! exit is the task's).
+//!
+//! `slurm-sys` is not used: it binds a C API that Slurm removed in 18.08.
+
+mod cmd;
+pub mod config;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hadar_backend::protocol::last_report;
+use hadar_backend::registry::{BackendInputs, Factory};
+use hadar_backend::{
+    stop_sequence, Backend, BackendError, Capabilities, Signal, StopPolicy, TaskHandle, TaskSpec,
+    TaskState, TaskStatus,
+};
+use tokio::io::AsyncBufReadExt;
+
+pub use cmd::{expand_hostlist, gpu_alias, parse_gres, step_name, DEFAULT_ALIASES};
+
+/// The task's log, in its directory.
+pub const LOG_FILE: &str = "task.log";
+/// How often `stop` looks whether a step this process started has exited.
+const POLL: Duration = Duration::from_millis(50);
+/// After a step's task started, how long `launch` waits for an `execve`
+/// failure before it returns.
+const SETTLE: Duration = Duration::from_millis(300);
+/// The shortest interval between two controller queries in a stop sequence
+/// of a task found again (the others follow their `srun`).
+const STOP_REFRESH: Duration = Duration::from_secs(1);
+
+/// How `--backend slurm` is made.
+pub const FACTORY: Factory = Factory {
+    name: "slurm",
+    about: "job steps in one Slurm allocation (nodes and GPU types from sinfo)",
+    node_keys: &[],
+    build,
+};
+
+fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
+    let options = config::from_toml(inputs.cluster_toml, inputs.cluster_source)?;
+    let want = inputs
+        .cluster
+        .nodes()
+        .iter()
+        .map(|n| ExpectedNode {
+            name: n.name.clone(),
+            gpus: n
+                .gpus
+                .iter()
+                .map(|(t, c)| (inputs.cluster.gpu_type_name(*t).to_string(), *c))
+                .collect(),
+        })
+        .collect();
+    Ok(Arc::new(SlurmBackend::new(options, want)))
+}
+
+/// The backend's settings (`[backend.slurm]`, see [`config`]).
+#[derive(Debug, Clone)]
+pub struct SlurmOptions {
+    /// The partition (`None`: the cluster's default).
+    pub partition: Option<String>,
+    /// The allocation's job name; a restarted Hadar finds its allocation by it.
+    pub allocation_name: String,
+    /// At most one controller query per this interval.
+    pub poll: Duration,
+    /// The allocation's time limit (`salloc --time`).
+    pub time_limit: Option<String>,
+    /// `salloc --signal`: the signal steps get before the time limit.
+    pub preempt_signal: String,
+    /// How long `salloc` may wait for its nodes (`--immediate`).
+    pub allocation_wait_s: u32,
+    /// How long a step may wait for its GPUs before its launch fails.
+    pub launch_timeout: Duration,
+    /// Extra `salloc` options (account, QOS).
+    pub salloc_args: Vec<String>,
+    /// Extra `srun` options for every step (memory, CPUs).
+    pub srun_args: Vec<String>,
+    /// Raw GPU type -> throughput table name.
+    pub aliases: BTreeMap<String, String>,
+}
+
+impl Default for SlurmOptions {
+    fn default() -> Self {
+        Self {
+            partition: None,
+            allocation_name: "hadar".into(),
+            poll: Duration::from_secs(30),
+            time_limit: None,
+            preempt_signal: "TERM@120".into(),
+            allocation_wait_s: 100,
+            launch_timeout: Duration::from_secs(100),
+            salloc_args: vec![],
+            srun_args: vec![],
+            aliases: BTreeMap::new(),
+        }
+    }
+}
+
+/// A node of the cluster file: the run schedules on it, Slurm must have it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedNode {
+    /// Its name (Slurm's).
+    pub name: String,
+    /// Its GPUs: (throughput table type, count).
+    pub gpus: Vec<(String, u32)>,
+}
+
+/// The allocation Hadar holds.
+#[derive(Debug, Clone)]
+struct Allocation {
+    /// The leader's job id.
+    job: u64,
+    /// Its nodes, with their raw GPU types.
+    nodes: HashMap<String, String>,
+    /// Nodes of the partition that did not answer when it was made.
+    unusable: Vec<String>,
+}
+
+/// What the controller said last.
+#[derive(Debug, Default)]
+struct View {
+    /// When `steps` was read (`squeue`).
+    steps_at: Option<Instant>,
+    steps: Vec<cmd::Step>,
+    /// When `nodes` was read (`sinfo`).
+    nodes_at: Option<Instant>,
+    nodes: Vec<cmd::SlurmNode>,
+}
+
+/// What a caller needs of the controller's view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// The nodes' states (lost nodes).
+    Nodes,
+    /// This user's steps (tasks not started by this process).
+    Steps,
+}
+
+/// A step this process started: its `srun`, and what srun said.
+#[derive(Debug)]
+struct Launched {
+    srun: tokio::process::Child,
+    said: Arc<Mutex<Said>>,
+}
+
+#[derive(Debug, Default)]
+struct Said {
+    step: Option<String>,
+    started: bool,
+    /// `Some(code)` once srun reported the task's end.
+    finish: Option<Option<i32>>,
+    lines: Vec<String>,
+    /// Its standard error reached its end.
+    eof: bool,
+}
+
+/// Runs tasks as job steps of one Slurm allocation.
+#[derive(Debug)]
+pub struct SlurmBackend {
+    options: SlurmOptions,
+    expected: Vec<ExpectedNode>,
+    allocation: tokio::sync::Mutex<Option<Allocation>>,
+    view: tokio::sync::Mutex<View>,
+    launched: Mutex<HashMap<String, Launched>>,
+}
+
+/// One `open` at a time in this process (two backends of one process share
+/// the allocation by name instead of each making one).
+static OPENING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A Slurm command with the inherited `SLURM_*` variables cleared (Hadar
+/// may itself run inside a job; `SLURM_CONF` is kept).
+fn command(argv: &[String]) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(&argv[0]);
+    c.args(&argv[1..]);
+    for (k, _) in std::env::vars_os() {
+        if let Some(k) = k.to_str() {
+            if k.starts_with("SLURM_") && k != "SLURM_CONF" {
+                c.env_remove(k);
+            }
+        }
+    }
+    c.stdin(Stdio::null()).kill_on_drop(true);
+    c
+}
+
+/// Runs a controller command; its standard output, or an error naming it.
+async fn run(argv: &[String]) -> Result<String, String> {
+    let out = command(argv)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .map_err(|e| format!("{}: {e} (is Slurm installed here?)", argv[0]))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{}` failed ({}): {}",
+            argv.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A file name inside a task directory: no separators, not `..`.
+fn file_in(task: &TaskHandle, name: &str) -> Result<PathBuf, BackendError> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(BackendError::Invalid(format!(
+            "{name:?} is not a file name in a task directory"
+        )));
+    }
+    Ok(task.workdir.join(name))
+}
+
+fn step_id(task: &TaskHandle) -> Result<&str, BackendError> {
+    if cmd::valid_step_id(&task.id) {
+        Ok(&task.id)
+    } else {
+        Err(BackendError::Invalid(format!(
+            "task {:?} on {}: not a Slurm step id JOB.STEP (a corrupt state file?)",
+            task.id,
+            task.node()
+        )))
+    }
+}
+
+impl SlurmBackend {
+    /// A backend for `options`; `expected` are the cluster file's nodes
+    /// (each must be a node of the partition with those GPUs; empty: every
+    /// answering node of the partition with GPUs is used).
+    pub fn new(options: SlurmOptions, expected: Vec<ExpectedNode>) -> Self {
+        Self {
+            options,
+            expected,
+            allocation: tokio::sync::Mutex::new(None),
+            view: tokio::sync::Mutex::new(View::default()),
+            launched: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The partition's nodes, as `sinfo` says (one call).
+    pub async fn discover(&self) -> Result<Vec<cmd::SlurmNode>, BackendError> {
+        let out = run(&cmd::sinfo_argv(self.options.partition.as_deref()))
+            .await
+            .map_err(|m| controller_error("sinfo", m))?;
+        cmd::parse_sinfo(&out).map_err(|m| controller_error("sinfo", m))
+    }
+
+    /// The groups of usable nodes to allocate, checked against the cluster file.
+    fn plan(
+        &self,
+        found: &[cmd::SlurmNode],
+    ) -> Result<(Vec<cmd::Group>, Vec<String>), BackendError> {
+        let describe = || {
+            found
+                .iter()
+                .map(|n| {
+                    let gpus: Vec<String> = n
+                        .gpus
+                        .iter()
+                        .map(|(t, c)| {
+                            format!("{c}x {t} (as `{}`)", gpu_alias(t, &self.options.aliases))
+                        })
+                        .collect();
+                    format!("{} [{}] {}", n.name, n.state, gpus.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let mut groups: Vec<cmd::Group> = Vec::new();
+        let mut unusable = Vec::new();
+        let mut missing = Vec::new();
+        for n in found {
+            let Some((raw, count)) = n.gpus.first() else {
+                continue;
+            };
+            if !self.expected.is_empty() {
+                let Some(want) = self.expected.iter().find(|e| e.name == n.name) else {
+                    continue;
+                };
+                let ok = want.gpus.iter().all(|(t, c)| {
+                    n.gpus
+                        .iter()
+                        .any(|(r, k)| gpu_alias(r, &self.options.aliases) == *t && k >= c)
+                });
+                if !ok {
+                    missing.push(format!(
+                        "node {} should have {:?} but Slurm has {:?}",
+                        n.name, want.gpus, n.gpus
+                    ));
+                    continue;
+                }
+            }
+            if !n.usable() {
+                unusable.push(n.name.clone());
+                continue;
+            }
+            match groups
+                .iter_mut()
+                .find(|g| g.raw_type == *raw && g.gpus == *count)
+            {
+                Some(g) => g.nodes.push(n.name.clone()),
+                None => groups.push(cmd::Group {
+                    raw_type: raw.clone(),
+                    gpus: *count,
+                    nodes: vec![n.name.clone()],
+                }),
+            }
+        }
+        for e in &self.expected {
+            if !found.iter().any(|n| n.name == e.name) {
+                missing.push(format!("node {} is not in the partition", e.name));
+            }
+        }
+        if !missing.is_empty() {
+            return Err(BackendError::Invalid(format!(
+                "the cluster file does not match Slurm: {}. Slurm has: {}",
+                missing.join("; "),
+                describe()
+            )));
+        }
+        if groups.is_empty() {
+            return Err(BackendError::Invalid(format!(
+                "no answering node with GPUs Hadar can use in partition {}; found: {}",
+                self.options.partition.as_deref().unwrap_or("(default)"),
+                if found.is_empty() {
+                    "nothing".into()
+                } else {
+                    describe()
+                }
+            )));
+        }
+        Ok((groups, unusable))
+    }
+
+    /// The allocation: held already, found by its name, or made now.
+    async fn allocation(&self) -> Result<Allocation, BackendError> {
+        let mut held = self.allocation.lock().await;
+        if let Some(a) = &*held {
+            return Ok(a.clone());
+        }
+        let _one = OPENING.lock().await;
+        let found = self.discover().await?;
+        let (groups, unusable) = self.plan(&found)?;
+        let raw_of = |node: &str| {
+            found
+                .iter()
+                .find(|n| n.name == node)
+                .and_then(|n| n.gpus.first())
+                .map(|(t, _)| t.clone())
+                .unwrap_or_default()
+        };
+        let name = &self.options.allocation_name;
+        let out = run(&cmd::squeue_allocation_argv(name))
+            .await
+            .map_err(|m| controller_error("squeue", m))?;
+        let comps = cmd::parse_allocation(&out).map_err(|m| controller_error("squeue", m))?;
+        let running: Vec<_> = comps.iter().filter(|(_, c)| c.2 == "RUNNING").collect();
+        let a = if let Some((leader, _)) = running.first() {
+            // Found again (Hadar restarted): its nodes.
+            let mut nodes = HashMap::new();
+            for (_, (_, _, _, ns)) in comps.iter().filter(|(l, _)| l == leader) {
+                for n in ns {
+                    nodes.insert(n.clone(), raw_of(n));
+                }
+            }
+            Allocation {
+                job: *leader,
+                nodes,
+                unusable,
+            }
+        } else {
+            // A request left pending by a salloc that was killed (a timeout
+            // of the caller) would start later and hold nodes for nobody.
+            for (_, (_, id, state, _)) in &comps {
+                if state == "PENDING" {
+                    let _ = run(&cmd::scancel_argv(&id.to_string())).await;
+                }
+            }
+            let o = &self.options;
+            let argv = cmd::salloc_argv(
+                name,
+                o.partition.as_deref(),
+                o.time_limit.as_deref(),
+                &o.preempt_signal,
+                o.allocation_wait_s,
+                &o.salloc_args,
+                &groups,
+            );
+            let out = command(&argv)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .output()
+                .await
+                .map_err(|e| controller_error("salloc", format!("salloc: {e}")))?;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let job = match (out.status.success(), cmd::parse_granted(&stderr)) {
+                (true, Some(job)) => job,
+                _ => {
+                    return Err(BackendError::Launch {
+                        node: groups[0].nodes[0].clone(),
+                        message: format!(
+                            "no allocation: `{}` said: {}",
+                            argv.join(" "),
+                            stderr.trim()
+                        ),
+                    })
+                }
+            };
+            let mut nodes = HashMap::new();
+            for g in &groups {
+                for n in &g.nodes {
+                    nodes.insert(n.clone(), g.raw_type.clone());
+                }
+            }
+            Allocation {
+                job,
+                nodes,
+                unusable,
+            }
+        };
+        *held = Some(a.clone());
+        Ok(a)
+    }
+
+    /// The controller's view, the part `want` asked again if older than
+    /// `max_age`: one call (`sinfo` or `squeue`) for all tasks.
+    async fn view(
+        &self,
+        max_age: Duration,
+        want: Want,
+    ) -> Result<tokio::sync::MutexGuard<'_, View>, BackendError> {
+        let mut v = self.view.lock().await;
+        let at = match want {
+            Want::Nodes => v.nodes_at,
+            Want::Steps => v.steps_at,
+        };
+        if at.is_none_or(|t| t.elapsed() >= max_age) {
+            match want {
+                Want::Nodes => {
+                    v.nodes = self.discover().await?;
+                    v.nodes_at = Some(Instant::now());
+                }
+                Want::Steps => {
+                    let out = run(&cmd::squeue_steps_argv())
+                        .await
+                        .map_err(|m| controller_error("squeue", m))?;
+                    v.steps = cmd::parse_steps(&out);
+                    v.steps_at = Some(Instant::now());
+                }
+            }
+        }
+        Ok(v)
+    }
+
+    /// An error if one of the task's nodes stopped answering.
+    async fn check_node(&self, task: &TaskHandle) -> Result<(), BackendError> {
+        for node in &task.nodes {
+            self.check_one(node, self.options.poll).await?;
+        }
+        Ok(())
+    }
+
+    /// An error if `node` stopped answering (a view at most `max_age` old).
+    async fn check_one(&self, node: &str, max_age: Duration) -> Result<(), BackendError> {
+        let v = self.view(max_age, Want::Nodes).await?;
+        match v.nodes.iter().find(|n| n.name == node) {
+            Some(n) if cmd::lost_state(&n.state) => Err(BackendError::Unreachable {
+                node: node.to_string(),
+                message: format!("Slurm says the node is {}", n.state),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Running or exited, from the step's srun if started here, else from
+    /// the controller (a step is ours if its name is the token's).
+    async fn state(&self, task: &TaskHandle, max_age: Duration) -> Result<TaskState, BackendError> {
+        if !cmd::valid_step_id(&task.id) {
+            return Ok(TaskState::Exited { code: None });
+        }
+        let exited = {
+            let mut launched = self.launched.lock().unwrap_or_else(|e| e.into_inner());
+            match launched.get_mut(&task.id) {
+                Some(l) => match l.srun.try_wait() {
+                    Ok(None) => return Ok(TaskState::Running),
+                    Ok(Some(_)) | Err(_) => Some(l.said.clone()),
+                },
+                None => None,
+            }
+        };
+        if let Some(said) = exited {
+            // srun has exited: its last lines (the task's wait status) are
+            // read once its standard error reaches its end.
+            let until = Instant::now() + Duration::from_secs(2);
+            loop {
+                let done = {
+                    let s = said.lock().unwrap_or_else(|e| e.into_inner());
+                    (s.eof || Instant::now() >= until).then(|| s.finish.flatten())
+                };
+                if let Some(code) = done {
+                    return Ok(TaskState::Exited { code });
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let name = step_name(&task.token);
+        let v = self.view(max_age, Want::Steps).await?;
+        Ok(
+            if v.steps.iter().any(|s| s.id == task.id && s.name == name) {
+                TaskState::Running
+            } else {
+                TaskState::Exited { code: None }
+            },
+        )
+    }
+
+    fn read_status(&self, task: &TaskHandle, state: TaskState) -> Result<TaskStatus, BackendError> {
+        let log = task.workdir.join(LOG_FILE);
+        let text = match std::fs::read(&log) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(BackendError::io(task.node(), &log, e)),
+        };
+        Ok(TaskStatus {
+            state,
+            report: last_report(&text),
+        })
+    }
+
+    /// Signals the step, only while it runs and is ours.
+    async fn send(
+        &self,
+        task: &TaskHandle,
+        signal: Signal,
+        max_age: Duration,
+    ) -> Result<(), BackendError> {
+        let id = step_id(task)?;
+        if self.state(task, max_age).await? != TaskState::Running {
+            return Ok(());
+        }
+        // An error means it has just ended.
+        let _ = run(&cmd::scancel_signal_argv(id, signal.name())).await;
+        if signal == Signal::Kill {
+            let _ = run(&cmd::scancel_argv(id)).await;
+        }
+        Ok(())
+    }
+}
+
+fn controller_error(what: &str, message: String) -> BackendError {
+    BackendError::Transient {
+        node: "slurmctld".into(),
+        message: format!("{what}: {message}"),
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for SlurmBackend {
+    fn name(&self) -> &str {
+        "slurm"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            virtual_time: false,
+            checkpoint: true,
+            gpu_binding: true,
+            suspend: false,
+            share_gpus: false,
+            // A gang over two nodes would need one step over both and a
+            // launcher (torchrun, mpirun) agreed with the job: not yet.
+            multi_node: false,
+            shared_fs: true,
+        }
+    }
+
+    async fn open(&self) -> Result<(), BackendError> {
+        self.allocation().await.map(|_| ())
+    }
+
+    async fn close(&self) -> Result<(), BackendError> {
+        let held = self.allocation.lock().await.take();
+        if let Some(a) = held {
+            run(&cmd::scancel_argv(&a.job.to_string()))
+                .await
+                .map_err(|m| controller_error("scancel", m))?;
+        }
+        Ok(())
+    }
+
+    async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
+        let node = spec.node();
+        if spec.argv.is_empty() {
+            return Err(BackendError::Invalid(format!(
+                "job {}: empty command",
+                spec.job_name
+            )));
+        }
+        if spec.placement.len() != 1 {
+            return Err(BackendError::Invalid(format!(
+                "job {}: the Slurm backend runs a task on one node, not {}",
+                spec.job_name,
+                spec.placement.len()
+            )));
+        }
+        let a = self.allocation().await?;
+        if !a.nodes.contains_key(node) {
+            if a.unusable.iter().any(|n| n == node) {
+                return Err(BackendError::Unreachable {
+                    node: node.into(),
+                    message: "its slurmd did not answer when the allocation was made".into(),
+                });
+            }
+            return Err(BackendError::Invalid(format!(
+                "node {node:?} is not in the allocation (job {})",
+                a.job
+            )));
+        };
+        self.check_one(node, self.options.poll).await?;
+        let dir = &spec.workdir;
+        std::fs::create_dir_all(dir).map_err(|e| BackendError::io(node, dir, e))?;
+        for f in &spec.inputs {
+            let to = file_in(&spec.handle(""), &f.name)?;
+            if f.local != to {
+                std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(node, &to, e))?;
+            }
+        }
+        let log = dir.join(LOG_FILE);
+        let n = spec.placement[0].gpus.len() as u32;
+        let name = step_name(&spec.token);
+        let argv = cmd::srun_argv(&cmd::StepArgs {
+            job: a.job,
+            node,
+            gres: (n > 0).then(|| cmd::gres("", n)),
+            name: &name,
+            log: &log,
+            workdir: dir,
+            extra: &self.options.srun_args,
+            argv: &spec.argv,
+        });
+        let mut c = command(&argv);
+        for (k, v) in spec.environment() {
+            // Slurm sets the step's own GPUs.
+            if k == "CUDA_VISIBLE_DEVICES" && n > 0 {
+                continue;
+            }
+            c.env(k, v);
+        }
+        c.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(false);
+        let mut srun = c.spawn().map_err(|e| BackendError::Launch {
+            node: node.into(),
+            message: format!("srun: {e} (is Slurm installed here?)"),
+        })?;
+        let said = Arc::new(Mutex::new(Said::default()));
+        let (tx, mut rx) = tokio::sync::watch::channel(());
+        if let Some(err) = srun.stderr.take() {
+            let said = said.clone();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(err).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    {
+                        let mut s = said.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some(id) = cmd::parse_launching(&line) {
+                            s.step = Some(id);
+                        }
+                        s.started |= cmd::is_started(&line);
+                        if let Some(f) = cmd::parse_task_finish(&line) {
+                            s.finish = Some(f);
+                        }
+                        if !line.starts_with("srun:   ")
+                            && !line.contains(" : ")
+                            && s.lines.len() < 200
+                        {
+                            s.lines.push(line);
+                        }
+                    }
+                    let _ = tx.send(());
+                }
+                said.lock().unwrap_or_else(|e| e.into_inner()).eof = true;
+                let _ = tx.send(());
+            });
+        }
+        let failed = |said: &Said, why: &str| BackendError::Launch {
+            node: node.into(),
+            message: format!(
+                "{} `{}`: {}",
+                why,
+                spec.argv[0],
+                said.lines
+                    .iter()
+                    .filter(|l| l.contains("error") || l.contains("rror:"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        };
+        let deadline = Instant::now() + self.options.launch_timeout;
+        loop {
+            if said.lock().unwrap_or_else(|e| e.into_inner()).started {
+                break;
+            }
+            if let Ok(Some(_)) = srun.try_wait() {
+                let err = {
+                    let s = said.lock().unwrap_or_else(|e| e.into_inner());
+                    match s.lines.iter().find_map(|l| cmd::unreachable_node(l)) {
+                        Some(lost) => BackendError::Unreachable {
+                            node: lost,
+                            message: s.lines.join("; "),
+                        },
+                        None => failed(&s, "srun failed to start"),
+                    }
+                };
+                // A node that is gone is the likeliest cause: ask.
+                self.check_one(node, STOP_REFRESH).await?;
+                return Err(err);
+            }
+            if Instant::now() >= deadline {
+                let _ = srun.start_kill();
+                let s = said.lock().unwrap_or_else(|e| e.into_inner());
+                return Err(failed(&s, "the step did not start in time"));
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), rx.changed()).await;
+        }
+        // The task started; a command that cannot be executed fails at once.
+        let settle = Instant::now() + SETTLE;
+        while Instant::now() < settle {
+            if let Ok(Some(_)) = srun.try_wait() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if let Some(line) = text.lines().find(|l| l.contains("execve():")) {
+                    return Err(BackendError::Launch {
+                        node: node.into(),
+                        message: format!("{}: {}", spec.argv[0], line.trim()),
+                    });
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let id = said
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .step
+            .clone()
+            .ok_or_else(|| BackendError::Launch {
+                node: node.into(),
+                message: "srun did not say the step's id".into(),
+            })?;
+        self.launched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone(), Launched { srun, said });
+        Ok(spec.handle(id))
+    }
+
+    async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
+        let state = self.state(task, self.options.poll).await?;
+        if state == TaskState::Running || matches!(state, TaskState::Exited { code: None }) {
+            self.check_node(task).await?;
+        }
+        self.read_status(task, state)
+    }
+
+    async fn stop(
+        &self,
+        task: &TaskHandle,
+        policy: &StopPolicy,
+    ) -> Result<TaskStatus, BackendError> {
+        step_id(task)?;
+        let ours = self
+            .launched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&task.id);
+        let (poll, age) = if ours {
+            (POLL, self.options.poll)
+        } else {
+            (STOP_REFRESH, STOP_REFRESH)
+        };
+        stop_sequence(
+            policy,
+            poll,
+            || async { Ok(self.state(task, age).await? == TaskState::Running) },
+            |signal| async move { self.send(task, signal, age).await },
+        )
+        .await?;
+        let state = self.state(task, age).await?;
+        self.read_status(task, state)
+    }
+
+    async fn fetch(
+        &self,
+        task: &TaskHandle,
+        name: &str,
+        local: &Path,
+    ) -> Result<bool, BackendError> {
+        let remote = file_in(task, name)?;
+        if !remote.is_file() {
+            return Ok(false);
+        }
+        if remote != local {
+            std::fs::copy(&remote, local).map_err(|e| BackendError::io(task.node(), local, e))?;
+        }
+        Ok(true)
+    }
+
+    async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
+        let name = step_name(&task.token);
+        let v = self.view(STOP_REFRESH, Want::Steps).await?;
+        Ok(v.steps.iter().find(|s| s.name == name).map(|s| TaskHandle {
+            id: s.id.clone(),
+            ..task.clone()
+        }))
+    }
+
+    async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
+        step_id(task)?;
+        self.send(task, Signal::Kill, STOP_REFRESH).await?;
+        self.launched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&task.id);
+        let log = task.workdir.join(LOG_FILE);
+        match std::fs::remove_file(&log) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(BackendError::io(task.node(), &log, e))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sinfo() -> Vec<cmd::SlurmNode> {
+        cmd::parse_sinfo(
+            "g1\u{1f}idle\u{1f}gpu:nvidia_a100-sxm4-80gb:4\n\
+             g2\u{1f}mix\u{1f}gpu:nvidia_a100-sxm4-80gb:4\n\
+             t1\u{1f}down*\u{1f}gpu:tesla_t4:2\n\
+             c1\u{1f}idle\u{1f}(null)\n",
+        )
+        .expect("sinfo")
+    }
+
+    fn expect(name: &str, kind: &str, n: u32) -> ExpectedNode {
+        ExpectedNode {
+            name: name.into(),
+            gpus: vec![(kind.into(), n)],
+        }
+    }
+
+    #[test]
+    fn the_cluster_file_is_checked_against_slurm() {
+        let b = SlurmBackend::new(
+            SlurmOptions::default(),
+            vec![expect("g1", "a100", 4), expect("t1", "t4", 2)],
+        );
+        let (groups, unusable) = b.plan(&sinfo()).expect("plan");
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].nodes, ["g1"], "only the file's nodes");
+        assert_eq!(unusable, ["t1"], "a node that does not answer is left out");
+
+        let b = SlurmBackend::new(
+            SlurmOptions::default(),
+            vec![expect("g1", "h100", 4), expect("x9", "a100", 1)],
+        );
+        let err = b.plan(&sinfo()).expect_err("mismatch").to_string();
+        for part in [
+            "node g1 should have",
+            "node x9 is not in the partition",
+            "g1 [idle] 4x nvidia_a100-sxm4-80gb (as `a100`)",
+            "t1 [down*] 2x tesla_t4 (as `t4`)",
+        ] {
+            assert!(err.contains(part), "{part:?} not in {err}");
+        }
+    }
+
+    #[test]
+    fn no_usable_gpu_node_is_an_error_that_lists_what_was_found() {
+        let b = SlurmBackend::new(SlurmOptions::default(), vec![]);
+        let only_down = &sinfo()[2..];
+        let err = b.plan(only_down).expect_err("nothing usable").to_string();
+        assert!(err.contains("no answering node with GPUs"), "{err}");
+        assert!(err.contains("t1 [down*] 2x tesla_t4 (as `t4`)"), "{err}");
+        let err = b.plan(&[]).expect_err("nothing").to_string();
+        assert!(err.contains("found: nothing"), "{err}");
+        let (groups, _) = b.plan(&sinfo()).expect("plan");
+        assert_eq!(groups[0].nodes, ["g1", "g2"], "every answering GPU node");
+    }
+
+    #[test]
+    fn malformed_ids_are_refused_before_any_signal() {
+        let h = TaskHandle {
+            id: "1".into(),
+            nodes: vec!["g1".into()],
+            workdir: "/tmp/x".into(),
+            token: "t".into(),
+        };
+        assert!(matches!(step_id(&h), Err(BackendError::Invalid(_))));
+        assert_eq!(
+            step_id(&TaskHandle {
+                id: "12.0".into(),
+                ..h
+            })
+            .ok(),
+            Some("12.0")
+        );
+    }
+}

@@ -1,0 +1,329 @@
+//! Real runs on the Slurm test cluster (`scripts/slurm-cluster.sh up`):
+//! six jobs of the example trainer, two with gangs of 2, under Hadar and
+//! under HadarE, every task a job step of one allocation; a node lost
+//! mid-run (its slurmd killed), whose jobs finish elsewhere; the backend's
+//! own report of a node whose slurmd was killed; and a dropped run resumed
+//! in the same allocation.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hadar_backend::{Backend, Signal, StopPolicy};
+use hadar_backend_slurm::{SlurmBackend, SlurmOptions};
+use hadar_core::cluster::Cluster;
+use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
+use hadar_runtime::jobs::parse_jobs;
+use hadar_runtime::{load_state, run, RunConfig};
+use hadar_tests::conformance::local_trainer;
+
+/// Where scripts/slurm-cluster.sh keeps its pid files.
+const SLURM_DIR: &str = "/var/lib/hadar-test-slurm";
+
+/// One run at a time: the runs share the cluster's GPUs.
+static ONE_RUN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const CLUSTER: &str = r#"
+[[node]]
+name = "v100a"
+gpus = { v100 = 2 }
+[[node]]
+name = "v100b"
+gpus = { v100 = 2 }
+[[node]]
+name = "k80a"
+gpus = { k80 = 4 }
+"#;
+
+fn slurm_up() {
+    let up = Command::new("scontrol")
+        .arg("ping")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("UP"))
+        .unwrap_or(false);
+    assert!(
+        up,
+        "slurmctld is not running: start the test cluster with `sudo scripts/slurm-cluster.sh up`"
+    );
+}
+
+fn cluster() -> Cluster {
+    Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster")
+}
+
+fn backend(cluster: &Cluster) -> SlurmBackend {
+    let expected = cluster
+        .nodes()
+        .iter()
+        .map(|n| hadar_backend_slurm::ExpectedNode {
+            name: n.name.clone(),
+            gpus: n
+                .gpus
+                .iter()
+                .map(|(t, c)| (cluster.gpu_type_name(*t).to_string(), *c))
+                .collect(),
+        })
+        .collect();
+    SlurmBackend::new(
+        SlurmOptions {
+            partition: Some("hadar".into()),
+            allocation_name: "hadar-tests".into(),
+            poll: Duration::from_millis(500),
+            allocation_wait_s: 60,
+            ..SlurmOptions::default()
+        },
+        expected,
+    )
+}
+
+/// Six trainer jobs, two with gangs of 2.
+fn six_jobs(iterations: u64) -> String {
+    let trainer = local_trainer().display().to_string();
+    let mut jobs = String::new();
+    for (i, gang) in [1, 2, 1, 1, 2, 1].iter().enumerate() {
+        jobs.push_str(&format!(
+            "[[job]]\nname = \"j{i}\"\ncommand = [\"{trainer}\"]\niterations = {iterations}\ngang = {gang}\n\
+             throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\nenv = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n\n"
+        ));
+    }
+    jobs
+}
+
+fn run_config(policy: PolicyKind, iterations: u64, dir: &Path, remote: &Path) -> RunConfig {
+    RunConfig {
+        cluster: Arc::new(cluster()),
+        jobs: parse_jobs(&six_jobs(iterations), "jobs.toml").expect("jobs"),
+        policy,
+        scheduler: SchedulerSettings::default(),
+        round_s: 1.0,
+        state_dir: dir.to_path_buf(),
+        stop: StopPolicy::new(Signal::Term, 3.0).expect("grace"),
+        poll: Duration::from_millis(200),
+        remote_dir: Some(remote.to_path_buf()),
+        custom_scheduler: None,
+        guards: hadar_runtime::Guards::default(),
+    }
+}
+
+async fn six_jobs_finish(policy: PolicyKind) {
+    slurm_up();
+    let _one = ONE_RUN.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = tempfile::tempdir().expect("tempdir");
+    let config = run_config(policy, 8000, dir.path(), remote.path());
+    let report = run(&config, Arc::new(backend(&cluster())), &mut |_| {})
+        .await
+        .expect("run");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
+    }
+    let steps = Command::new("squeue")
+        .args(["-h", "--steps", "--format=%j"])
+        .output()
+        .expect("squeue");
+    let steps = String::from_utf8_lossy(&steps.stdout);
+    assert!(
+        !steps.contains("hadar-"),
+        "no step left after the run: {steps}"
+    );
+    let held = Command::new("squeue")
+        .args([
+            "-h",
+            "--name=hadar-tests",
+            "--states=RUNNING,PENDING",
+            "--format=%i",
+        ])
+        .output()
+        .expect("squeue");
+    let held = String::from_utf8_lossy(&held.stdout);
+    assert!(
+        held.trim().is_empty(),
+        "the allocation was released: {held}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hadar_runs_six_jobs_on_slurm() {
+    six_jobs_finish(PolicyKind::Hadar).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hadare_runs_six_jobs_on_slurm() {
+    six_jobs_finish(PolicyKind::HadarE).await;
+}
+
+fn node_state(node: &str) -> String {
+    let out = Command::new("sinfo")
+        .args(["-h", "-N", "-n", node, "--format=%t"])
+        .output()
+        .expect("sinfo");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Starts v100b's slurmd again and waits until the node takes work.
+fn revive_v100b() {
+    let ok = Command::new("slurmd")
+        .args(["-N", "v100b"])
+        .status()
+        .expect("slurmd")
+        .success();
+    assert!(ok, "slurmd -N v100b did not start");
+    let start = Instant::now();
+    while !matches!(
+        node_state("v100b").as_str(),
+        "idle" | "mix" | "alloc" | "plnd"
+    ) {
+        let _ = Command::new("scontrol")
+            .args(["update", "NodeName=v100b", "State=RESUME"])
+            .output();
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "v100b did not come back: {}",
+            node_state("v100b")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_slurmd_dies_is_lost_and_its_jobs_finish_elsewhere() {
+    slurm_up();
+    let _one = ONE_RUN.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = tempfile::tempdir().expect("tempdir");
+    // Long enough jobs that the run outlasts the controller's SlurmdTimeout.
+    let config = run_config(PolicyKind::Hadar, 60_000, dir.path(), remote.path());
+    let b: Arc<dyn Backend> = Arc::new(backend(&cluster()));
+    let handle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(run(&config, b, &mut |_| {}))
+    });
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let pidfile = format!("{SLURM_DIR}/run/slurmd-v100b.pid");
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap_or_else(|e| panic!("{pidfile}: {e}"))
+        .trim()
+        .to_string();
+    let killed = Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill -9 {pid}");
+    let report = handle.join().expect("join");
+    revive_v100b();
+    let report = report.expect("the run completes without v100b");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
+    }
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert_eq!(
+        state.loop_state.expect("the loop's state").gone,
+        vec!["v100b".to_string()]
+    );
+}
+
+/// The backend itself, slurmd of v100b killed: a launch there and the status
+/// of the task already running there both say the node is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_slurmd_makes_its_node_unreachable() {
+    slurm_up();
+    let _one = ONE_RUN.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = backend(&cluster());
+    let t = hadar_tests::conformance::Target {
+        node: "v100b".into(),
+        workdir: dir.path().to_path_buf(),
+        trainer: local_trainer(),
+    };
+    let mut running =
+        hadar_tests::conformance::spec(&t, "victim", vec!["sleep".into(), "120".into()], 1);
+    running.placement[0].gpu_types = vec!["v100".into(), "v100".into()];
+    let task = b.launch(&running).await.expect("launch");
+    let pidfile = format!("{SLURM_DIR}/run/slurmd-v100b.pid");
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap_or_else(|e| panic!("{pidfile}: {e}"))
+        .trim()
+        .to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let mut late = running.clone();
+    late.token = format!("{}-late", running.token);
+    late.workdir = dir.path().join("late");
+    let launched = b.launch(&late).await;
+    let start = Instant::now();
+    let lost = loop {
+        match b.status(&task).await {
+            Err(e) => break e,
+            Ok(_) => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "v100b was never reported lost ({})",
+                    node_state("v100b")
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    revive_v100b();
+    let _ = b.close().await;
+    match launched {
+        Err(e) => assert_eq!(e.lost_node(), Some("v100b"), "{e}"),
+        Ok(h) => panic!("launched on a node without slurmd: {h:?}"),
+    }
+    assert_eq!(lost.lost_node(), Some("v100b"), "{lost}");
+}
+
+/// A run dropped mid-way (as a killed `hadar run` stops): its allocation and
+/// steps live on; a new runtime with a new backend finds the allocation by
+/// name and its tasks by their steps, and finishes every job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_run_resumes_in_the_same_allocation() {
+    slurm_up();
+    let _one = ONE_RUN.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = tempfile::tempdir().expect("tempdir");
+    let config = run_config(PolicyKind::Hadar, 20_000, dir.path(), remote.path());
+    let first = tokio::time::timeout(
+        Duration::from_millis(4000),
+        run(&config, Arc::new(backend(&cluster())), &mut |_| {}),
+    )
+    .await;
+    assert!(first.is_err(), "the first run was cut short");
+    let allocation = || {
+        let out = Command::new("squeue")
+            .args([
+                "-h",
+                "--name=hadar-tests",
+                "--states=RUNNING",
+                "--format=%i",
+            ])
+            .output()
+            .expect("squeue");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let held = allocation();
+    assert!(!held.is_empty(), "the allocation outlived the dropped run");
+    let steps = Command::new("squeue")
+        .args(["-h", "--steps", "--format=%j"])
+        .output()
+        .expect("squeue");
+    let steps = String::from_utf8_lossy(&steps.stdout).into_owned();
+    assert!(
+        steps.lines().any(|l| l.starts_with("hadar-")),
+        "its steps outlived it too (the new run adopts them): {steps}"
+    );
+    let report = run(&config, Arc::new(backend(&cluster())), &mut |_| {})
+        .await
+        .expect("resumed run");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
+    }
+    assert!(allocation().is_empty(), "released at the end");
+}

@@ -1,0 +1,142 @@
+//! The backend conformance suite against a real Slurm cluster on this
+//! machine, started by `scripts/slurm-cluster.sh up` (the test script runs
+//! it): slurmctld and slurmd for nodes v100a, v100b (gpu:v100:2) and k80a
+//! (gpu:k80:4), and `gone`, configured but never started. Without the
+//! cluster these tests fail, saying so.
+//!
+//! Every scenario but one runs as is. In `environment_reaches_the_task`,
+//! `CUDA_VISIBLE_DEVICES` must be the GPUs Slurm picked for the step (it
+//! cannot be told which GPU indices to use), so this file has its own
+//! version of it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hadar_backend::{Backend, BackendError, TaskState};
+use hadar_backend_slurm::{SlurmBackend, SlurmOptions};
+use hadar_tests::conformance::{local_trainer, spec, Harness, Target};
+
+/// The directory tasks run in: on this machine, which the test cluster's
+/// nodes share.
+fn shared_dir() -> tempfile::TempDir {
+    let up = std::process::Command::new("scontrol")
+        .arg("ping")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("UP"))
+        .unwrap_or(false);
+    assert!(
+        up,
+        "slurmctld is not running: start the test cluster with `sudo scripts/slurm-cluster.sh up`"
+    );
+    tempfile::tempdir().expect("tempdir")
+}
+
+pub fn options() -> SlurmOptions {
+    SlurmOptions {
+        partition: Some("hadar".into()),
+        allocation_name: "hadar-tests".into(),
+        poll: Duration::from_millis(500),
+        allocation_wait_s: 60,
+        ..SlurmOptions::default()
+    }
+}
+
+fn harness(node: &str) -> Harness {
+    let dir = shared_dir();
+    let make = || -> Arc<dyn Backend> { Arc::new(SlurmBackend::new(options(), vec![])) };
+    Harness {
+        backend: make(),
+        restart: Box::new(make),
+        target: Target {
+            node: node.into(),
+            workdir: dir.path().to_path_buf(),
+            trainer: local_trainer(),
+        },
+        unreachable: Some("gone".into()),
+        keep: Box::new(dir),
+    }
+}
+
+mod slurm_k80 {
+    hadar_tests::conformance_suite!(super::harness("k80a"), protocol);
+    hadar_tests::conformance_suite!(@tests super::harness("k80a");
+        grace_expiry_kills, crash_is_reported, arguments_arrive_intact,
+        launch_failure_is_an_error, never_signals_what_is_not_ours, unreachable_node_says_so);
+}
+
+/// The job protocol's environment reaches the step; `CUDA_VISIBLE_DEVICES`
+/// names the two GPUs Slurm gave it; `SLURM_*` variables of Hadar's own
+/// environment neither change the step's request nor reach the task.
+#[tokio::test]
+async fn environment_reaches_the_step() {
+    let h = harness("k80a");
+    let (b, t) = (&h.backend, &h.target);
+    // As if Hadar ran inside a job: srun would read these (64 CPUs do not
+    // fit a node) and pass them on, were they not cleared.
+    std::env::set_var("SLURM_CPUS_PER_TASK", "64");
+    std::env::set_var("SLURM_HADAR_LEAK", "leaked");
+    let mut s = spec(
+        t,
+        "env",
+        vec![
+            "sh".into(),
+            "-c".into(),
+            "echo \"$HADAR_JOB_ID|$HADAR_COPY|$HADAR_ROUND|$HADAR_GPU_TYPE|$HADAR_TOTAL_ITERATIONS|$HADAR_CHECKPOINT_DIR|$HADAR_TASK_TOKEN|$MINE|$SLURM_HADAR_LEAK|$CUDA_VISIBLE_DEVICES\"".into(),
+        ],
+        99,
+    );
+    s.env.push(("HADAR_TOTAL_ITERATIONS".into(), "5".into()));
+    s.env.push(("MINE".into(), "x y".into()));
+    let task = b.launch(&s).await.expect("launch");
+    let start = Instant::now();
+    while b.status(&task).await.expect("status").state == TaskState::Running {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = std::fs::read_to_string(s.workdir.join("task.log")).expect("log");
+    let fields: Vec<&str> = log.trim().split('|').collect();
+    let expected = format!("7|1|3|k80,k80|99|{}|{}|x y", s.workdir.display(), s.token);
+    assert_eq!(fields[..8].join("|"), expected, "{log}");
+    assert_eq!(
+        fields[8], "",
+        "an inherited SLURM_ variable reached the task: {log}"
+    );
+    let gpus: Vec<&str> = fields[9].split(',').collect();
+    assert_eq!(gpus.len(), 2, "two GPUs from Slurm: {log}");
+    assert!(
+        gpus.iter().all(|g| ["0", "1", "2", "3"].contains(g)),
+        "{log}"
+    );
+}
+
+/// Hostile job names and tokens become step names that are found again.
+#[tokio::test]
+async fn hostile_names_are_found_by_token() {
+    let h = harness("v100a");
+    let (b, t) = (&h.backend, &h.target);
+    let mut s = spec(t, "hostile", vec!["sleep".into(), "30".into()], 1);
+    s.job_name = "a|b\u{1f}c; rm -rf / $(id)\n".into();
+    s.token = format!("tok|en\u{1f}'\"; `id`\n-{}", std::process::id());
+    s.placement[0].gpu_types = vec!["v100".into(), "v100".into()];
+    let task = b.launch(&s).await.expect("launch");
+    let again = Arc::new(SlurmBackend::new(options(), vec![]));
+    let found = again
+        .find(&s.handle(""))
+        .await
+        .expect("find")
+        .expect("found");
+    assert_eq!(found.id, task.id);
+    b.cleanup(&task).await.expect("cleanup");
+}
+
+/// A node Slurm has but that is not usable says so at launch, and an
+/// unknown one is refused.
+#[tokio::test]
+async fn unknown_nodes_are_refused() {
+    let h = harness("nowhere");
+    let s = spec(&h.target, "x", vec!["true".into()], 1);
+    match h.backend.launch(&s).await {
+        Err(BackendError::Invalid(m)) => assert!(m.contains("nowhere"), "{m}"),
+        other => panic!("expected an unknown node, got {other:?}"),
+    }
+}
