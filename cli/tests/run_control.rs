@@ -181,26 +181,59 @@ fn fresh_stops_the_old_tasks_and_starts_over() {
 #[test]
 fn a_deleted_checkpoint_is_said_and_counted_and_a_finished_run_says_so() {
     let run = Run::new();
-    let mut child = run.start(&[]);
-    // Until some job has a collected checkpoint.
+    // Jobs with a collected checkpoint and no task (running, or recorded as
+    // being launched): their checkpoint is the only copy of their work. Read
+    // once hadar is dead, so that nothing launches after the look.
+    let waiting_with_work = || -> Vec<usize> {
+        let Ok(text) = std::fs::read_to_string(run.state.join("state.json")) else {
+            return vec![];
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            return vec![];
+        };
+        let busy: Vec<u64> = ["running", "launching"]
+            .iter()
+            .flat_map(|k| v[*k].as_array().cloned().unwrap_or_default())
+            .filter_map(|t| t["job"].as_u64())
+            .collect();
+        v["jobs"]
+            .as_array()
+            .map(|jobs| {
+                jobs.iter()
+                    .enumerate()
+                    .filter(|(i, j)| {
+                        j["held"].as_u64() > Some(0)
+                            && j["complete"] == false
+                            && !busy.contains(&(*i as u64))
+                    })
+                    .map(|(i, _)| i)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Kill it when such a job shows, look again with it dead; resume and
+    // try again if the moment passed.
     let t0 = Instant::now();
-    let jobs = run.state.join("jobs");
-    while !std::fs::read_dir(&jobs).is_ok_and(|d| d.count() > 0) {
+    let chosen = loop {
         assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "no checkpoint in 60 s"
+            t0.elapsed() < Duration::from_secs(120),
+            "no waiting job with a checkpoint was seen"
         );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("wait");
-    let mut deleted = 0;
-    for e in std::fs::read_dir(&jobs).expect("jobs").flatten() {
-        if std::fs::remove_file(e.path().join("latest.safetensors")).is_ok() {
-            deleted += 1;
+        let mut child = run.start(&[]);
+        while child.try_wait().expect("wait").is_none() && waiting_with_work().is_empty() {
+            std::thread::sleep(Duration::from_millis(10));
         }
+        let _ = child.kill();
+        child.wait().expect("wait");
+        let found = waiting_with_work();
+        if !found.is_empty() {
+            break found;
+        }
+    };
+    for i in &chosen {
+        std::fs::remove_file(run.state.join(format!("jobs/{i}/latest.safetensors")))
+            .expect("delete a checkpoint");
     }
-    assert!(deleted > 0);
     let o = run.finish(&[]);
     let v = report(&o);
     all_finished(&v);
