@@ -108,7 +108,7 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
 async fn hadar_runs_real_jobs_to_completion() {
     let tasks = finish(PolicyKind::Hadar).await;
     assert!(
-        tasks.iter().all(|t| t.ends_with("copy0")),
+        tasks.iter().all(|t| t.contains("-copy0-")),
         "no copies: {tasks:?}"
     );
 }
@@ -117,7 +117,7 @@ async fn hadar_runs_real_jobs_to_completion() {
 async fn hadare_runs_and_merges_copies() {
     let tasks = finish(PolicyKind::HadarE).await;
     // Copies ran (copy index >= 1), so their checkpoints were merged.
-    assert!(tasks.iter().any(|t| !t.ends_with("copy0")), "{tasks:?}");
+    assert!(tasks.iter().any(|t| !t.contains("-copy0-")), "{tasks:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
