@@ -111,6 +111,48 @@ impl Registry {
     }
 }
 
+/// The cluster file's `[[node]]` entries that carry `key` (a backend's way
+/// to reach the machine: `address`, `docker`), each read as `T`, with its
+/// index for error locations. Every entry is read, so that a malformed one
+/// is an error whichever backend runs; one with `count` above 1 stands for
+/// several machines and cannot have one `key`: refused, naming `what` the
+/// key gives it.
+pub fn nodes_with<T: serde::de::DeserializeOwned>(
+    file: &toml::Table,
+    at: &Location,
+    key: &str,
+    what: &str,
+) -> Result<Vec<(usize, T)>> {
+    let nodes = file
+        .get("node")
+        .and_then(toml::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, value) in nodes.into_iter().enumerate() {
+        let field = |f: &str| at.field(format!("node[{i}].{f}"));
+        let has_key = value.get(key).is_some();
+        let count = value.get("count").and_then(toml::Value::as_integer);
+        let spec: T = value
+            .try_into()
+            .map_err(|e| Error::parse(field(""), e.to_string()))?;
+        if !has_key {
+            continue;
+        }
+        if count.unwrap_or(1) > 1 {
+            return Err(Error::parse(
+                field(key),
+                format!(
+                    "a node with {what} stands for one machine; drop `count` or list the \
+                     nodes one by one"
+                ),
+            ));
+        }
+        out.push((i, spec));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

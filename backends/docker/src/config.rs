@@ -16,6 +16,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hadar_backend::registry::nodes_with;
 use hadar_core::error::{Error, Location, Result};
 use serde::Deserialize;
 
@@ -84,7 +85,8 @@ struct Defaults {
 #[serde(deny_unknown_fields)]
 struct Node {
     name: Option<String>,
-    count: Option<u32>,
+    #[serde(rename = "count")]
+    _count: Option<u32>,
     #[serde(rename = "gpus")]
     _gpus: toml::Table,
     docker: Option<String>,
@@ -198,26 +200,12 @@ pub fn from_toml(
         }
         options.timeout = Duration::from_secs_f64(t);
     }
-    let nodes = file
-        .get("node")
-        .and_then(toml::Value::as_array)
-        .cloned()
-        .unwrap_or_default();
     let mut out = Vec::new();
-    for (i, value) in nodes.into_iter().enumerate() {
+    for (i, spec) in nodes_with::<Node>(file, &at, "docker", "a docker daemon")? {
         let field = |f: &str| at.field(format!("node[{i}].{f}"));
-        let spec: Node = value
-            .try_into()
-            .map_err(|e| Error::parse(field(""), e.to_string()))?;
         let Some(url) = spec.docker else {
             continue;
         };
-        if spec.count.unwrap_or(1) > 1 {
-            return Err(Error::parse(
-                field("docker"),
-                "a node with a docker daemon stands for one machine; drop `count` or list the nodes one by one",
-            ));
-        }
         let tls = match (spec.tls_cert, spec.tls_key, spec.tls_ca) {
             (None, None, None) => None,
             (Some(cert), Some(key), Some(ca)) => Some(Tls {

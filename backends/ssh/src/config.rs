@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hadar_backend::registry::nodes_with;
 use hadar_core::error::{Error, Location, Result};
 use serde::Deserialize;
 
@@ -28,7 +29,8 @@ struct Defaults {
 #[serde(deny_unknown_fields)]
 struct Node {
     name: Option<String>,
-    count: Option<u32>,
+    #[serde(rename = "count")]
+    _count: Option<u32>,
     #[serde(rename = "gpus")]
     _gpus: toml::Table,
     address: Option<String>,
@@ -56,26 +58,12 @@ pub fn from_toml(
             .map_err(|e| Error::parse(at.field("backend.ssh"), e.to_string()))?,
         None => Defaults::default(),
     };
-    let nodes = file
-        .get("node")
-        .and_then(toml::Value::as_array)
-        .cloned()
-        .unwrap_or_default();
     let mut hosts = Vec::new();
-    for (i, value) in nodes.into_iter().enumerate() {
+    for (i, spec) in nodes_with::<Node>(file, &at, "address", "an address")? {
         let field = |f: &str| at.field(format!("node[{i}].{f}"));
-        let spec: Node = value
-            .try_into()
-            .map_err(|e| Error::parse(field(""), e.to_string()))?;
         let Some(address) = spec.address else {
             continue;
         };
-        if spec.count.unwrap_or(1) > 1 {
-            return Err(Error::parse(
-                field("address"),
-                "a node with an address stands for one machine; drop `count` or list the nodes one by one",
-            ));
-        }
         let user = spec.user.or(defaults.user.clone()).ok_or_else(|| {
             Error::parse(
                 field("user"),
