@@ -139,6 +139,55 @@ fn json_output_has_the_documented_fields() {
     assert_eq!(rows[0]["policy"], "fifo_perf");
 }
 
+/// Every JSON result carries the settings the run used, the fork model's
+/// parameters included, and `--fork-efficiency` is `constant:F`.
+#[test]
+fn json_output_carries_every_setting() {
+    let o = hadar(&[
+        "simulate",
+        "--json",
+        "--no-bound",
+        "--policy",
+        "hadare",
+        "--fork-model",
+        "noise-scale:rho=0.8,warmup=0.1",
+        "--seed",
+        "7",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let s = &v[0]["settings"];
+    assert_eq!(s["policy"], "hadare", "{s}");
+    assert_eq!(s["trace"], "static_100jobs_multigpu_seed0.trace (embedded)");
+    assert_eq!(s["cluster"], "v100=4,p100=4,k80=4");
+    assert_eq!(s["round_s"], 360.0);
+    assert_eq!(s["scheduler"]["seed"], 7);
+    assert_eq!(s["scheduler"]["hadar"]["admission"], "inf");
+    assert_eq!(
+        s["fork_model"],
+        serde_json::json!({"kind": "noise-scale", "rho": 0.8, "warmup": 0.1})
+    );
+    let o = hadar(&[
+        "simulate",
+        "--json",
+        "--no-bound",
+        "--policy",
+        "fifo_perf",
+        "--fork-efficiency",
+        "0.8",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("deprecated"), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(
+        v[0]["settings"]["fork_model"],
+        serde_json::json!({"kind": "constant", "efficiency": 0.8})
+    );
+    let o = hadar(&["simulate", "--fork-model", "linear"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a fork model"), "{}", stderr(&o));
+}
+
 #[test]
 fn out_dir_gets_csv_json_and_plots() {
     let dir = tempfile::tempdir().expect("tempdir");

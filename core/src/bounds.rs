@@ -10,6 +10,7 @@
 //! * [`jct_lower_bound`]: each job alone on its fastest type from its arrival.
 
 use crate::error::Result;
+use crate::fork_model::{ForkCurves, ForkModel};
 use crate::lp::{Expression, Lp, LpSolver};
 use crate::workload::Workload;
 
@@ -137,15 +138,25 @@ pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
     })
 }
 
-/// The lower bound for forked jobs (HadarE): a job may run on any number of
-/// GPUs at once, each GPU at the job's best rate per GPU (its single-GPU
-/// rate when scaling is sublinear, as in Gavel's table). An LP over
-/// GPU-seconds: `sum_w rate[j,w] g[j,w] >= steps_j`, `sum_j g[j,w] <= GPUs_w
-/// (T - t0)` for the jobs arriving at or after each breakpoint `t0`. Valid
-/// for gangs and copies alike, for a copy efficiency of at most 1.
-pub fn forked_makespan_lower_bound(workload: &Workload) -> Result<f64> {
-    let cluster = workload.cluster();
-    let counts = cluster.gpus_per_type();
+/// The lower bound for forked jobs (HadarE) under `model`: a job may run
+/// on any number of GPUs at once, each at the job's best rate per GPU, and
+/// its copies progress as the model says (see the module
+/// `crate::fork_model`).
+///
+/// An LP over GPU-seconds `g[j,w]`: capacity `sum_j g[j,w] <= GPUs_w (T -
+/// t0)` for the jobs arriving at or after each breakpoint `t0`, and for each
+/// job, with `R_j = sum_w perGPU[j,w] g[j,w]` (single-copy steps the GPU
+/// time could make) and `r_j` its best rate of one copy:
+/// `steps_j <= r_j a (T - arrival_j) + s R_j` for every line `(a, s)` of
+/// the curve's envelope ([`ForkCurve::envelope`](crate::fork_model::ForkCurve::envelope)).
+/// Valid because `k` copies progress at most `r_j h(X / r_j)` with `X` the
+/// rate their GPUs could make one copy at, `h` concave and nondecreasing,
+/// and by Jensen over the job's life. Under `constant:1.0` only `s = 1, a =
+/// 0` binds: every GPU-second counts in full (the paper's assumption).
+pub fn forked_makespan_lower_bound(workload: &Workload, model: ForkModel) -> Result<f64> {
+    let curves = ForkCurves::new(model, workload)?;
+    let max_copies = workload.cluster().nodes().len() as u32;
+    let counts = workload.cluster().gpus_per_type();
     let mut lp = Lp::new();
     let t_end = lp.nonneg();
     let jobs = workload.jobs();
@@ -154,18 +165,23 @@ pub fn forked_makespan_lower_bound(workload: &Workload) -> Result<f64> {
         let mut row = Vec::new();
         let mut work = Expression::from(0.0);
         for (w, &count) in counts.iter().enumerate() {
-            let ty = crate::cluster::GpuTypeId(w as u16);
-            // The best steps per GPU-second of any copy size or the gang.
-            let per_gpu = (1..=job.scale_factor)
-                .filter_map(|g| workload.rate_at(j, g, ty).map(|r| r / f64::from(g)))
-                .fold(workload.rate(j, ty) / f64::from(job.scale_factor), f64::max);
+            let per_gpu = best_per_gpu(workload, j, w);
             if per_gpu > 0.0 && count > 0 {
                 let v = lp.nonneg();
                 work.add_mul(per_gpu, v);
                 row.push((w, v));
             }
         }
-        lp.ge(work, job.total_steps as f64);
+        let r = best_copy_rate(workload, j);
+        for (a, slope) in curves.curve(j).envelope(max_copies) {
+            // steps <= r a (T - arrival) + slope R
+            let mut e = Expression::from(0.0);
+            e.add_mul(r * a, t_end);
+            for &(w, v) in &row {
+                e.add_mul(slope * best_per_gpu(workload, j, w), v);
+            }
+            lp.ge(e, job.total_steps as f64 + r * a * job.arrival_s);
+        }
         g.push(row);
     }
     for t0 in breakpoints(jobs.iter().map(|j| j.arrival_s)) {
@@ -184,8 +200,7 @@ pub fn forked_makespan_lower_bound(workload: &Workload) -> Result<f64> {
             lp.le(used, -f64::from(count) * t0);
         }
     }
-    // No job finishes before it arrives; with any number of GPUs at once,
-    // that is the only per-job limit.
+    // No job finishes before it arrives.
     for job in jobs {
         let mut e = Expression::from(0.0);
         e.add_mul(1.0, t_end);
@@ -198,6 +213,46 @@ pub fn forked_makespan_lower_bound(workload: &Workload) -> Result<f64> {
     };
     let solution = lp.solve(t_end.into(), false, solver, "the forked-job lower bound")?;
     Ok(solution.value(t_end))
+}
+
+/// Job `j`'s best steps per GPU-second on type `w`, of any copy size or
+/// the gang.
+fn best_per_gpu(workload: &Workload, j: usize, w: usize) -> f64 {
+    let job = &workload.jobs()[j];
+    let ty = crate::cluster::GpuTypeId(w as u16);
+    (1..=job.scale_factor)
+        .filter_map(|g| workload.rate_at(j, g, ty).map(|r| r / f64::from(g)))
+        .fold(workload.rate(j, ty) / f64::from(job.scale_factor), f64::max)
+}
+
+/// Job `j`'s best rate of one copy: any size up to its gang, any type.
+pub fn best_copy_rate(workload: &Workload, j: usize) -> f64 {
+    let job = &workload.jobs()[j];
+    let k = workload.cluster().gpu_types().len();
+    (0..k)
+        .flat_map(|w| {
+            let ty = crate::cluster::GpuTypeId(w as u16);
+            (1..=job.scale_factor)
+                .filter_map(move |g| workload.rate_at(j, g, ty))
+                .chain(std::iter::once(workload.rate(j, ty)))
+        })
+        .fold(0.0, f64::max)
+}
+
+/// The no-queueing bound on mean JCT for forked jobs under `model`: each
+/// job from its arrival with the best number of copies the cluster's nodes
+/// allow, each at its best rate of one copy.
+pub fn forked_jct_lower_bound(
+    workload: &Workload,
+    model: ForkModel,
+    jobs: impl IntoIterator<Item = usize>,
+) -> Result<f64> {
+    let curves = ForkCurves::new(model, workload)?;
+    let max_copies = workload.cluster().nodes().len() as u32;
+    Ok(crate::metrics::mean(jobs.into_iter().map(|j| {
+        let r = best_copy_rate(workload, j) * curves.curve(j).best(max_copies);
+        workload.jobs()[j].total_steps as f64 / r.max(1e-12)
+    })))
 }
 
 /// Each job's JCT if it ran alone on its fastest type from its arrival.
@@ -230,6 +285,7 @@ mod tests {
             priority_weight: 1.0,
             slo_s: None,
             launch: Launch::default(),
+            batch: crate::job::BatchInfo::default(),
         }
     }
 
@@ -256,6 +312,26 @@ mod tests {
         let lb = makespan_lower_bound(&w).unwrap();
         assert!((lb - 400.0).abs() < 1e-6, "{lb}");
         assert!((jct_lower_bound(&w, 0..2) - 300.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn forked_bounds_follow_the_fork_model() {
+        // One job of an unknown model (B_noise = B: 1, 1.2, 1.35, 1.44
+        // copies' worth at rho 0.9) on 4 one-GPU nodes at 1 step/s: 1440
+        // steps take at least 1440 / 1.44 = 1000 s however it forks; every
+        // GPU-second counting in full (constant:1.0) would allow 360 s.
+        let mut t = ThroughputTable::default();
+        t.set_isolated("m", 1, "x", 1.0);
+        let cluster = Arc::new(Cluster::from_short_form("x=4", 1).unwrap());
+        let mut j = job(0, 1440, 0.0);
+        j.batch.size = Some(8.0);
+        let w = Workload::new(vec![j], cluster, Arc::new(t), "t").unwrap();
+        let model = ForkModel::default();
+        let lb = forked_makespan_lower_bound(&w, model).unwrap();
+        assert!((lb - 1000.0).abs() < 1e-6, "{lb}");
+        assert!((forked_jct_lower_bound(&w, model, [0]).unwrap() - 1000.0).abs() < 1e-9);
+        let lb = forked_makespan_lower_bound(&w, ForkModel::constant(1.0)).unwrap();
+        assert!((lb - 360.0).abs() < 1e-6, "{lb}");
     }
 
     #[test]

@@ -41,6 +41,21 @@ pub struct Job {
     pub slo_s: Option<f64>,
     /// How a real run would start it (kept so that traces round-trip).
     pub launch: Launch,
+    /// Its batch, as HadarE's fork model sees it (see [`crate::fork_model`]).
+    pub batch: BatchInfo,
+}
+
+/// What the fork model knows of a job's batch: set per job in a jobs file,
+/// otherwise read from the model name and the default table
+/// ([`crate::fork_model::noise_scale`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BatchInfo {
+    /// Examples per step of one copy; `None`: from the model name
+    /// (`ResNet-18 (batch size 64)`) or the model's default.
+    pub size: Option<f64>,
+    /// Gradient noise scale `B_noise`, in the same unit as the batch;
+    /// `None`: the model's default.
+    pub noise_scale: Option<f64>,
 }
 
 #[cfg(test)]
@@ -56,6 +71,7 @@ impl Job {
             priority_weight: 1.0,
             slo_s: None,
             launch: Launch::default(),
+            batch: BatchInfo::default(),
         }
     }
 }

@@ -17,6 +17,7 @@ pub use error::{Error, Result};
 pub mod bounds;
 pub mod engine;
 pub mod executor;
+pub mod fork_model;
 pub mod lp;
 pub mod metrics;
 pub mod plan;

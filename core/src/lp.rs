@@ -8,7 +8,8 @@ use crate::error::{Error, Result};
 pub use good_lp::{constraint, variable, Expression};
 
 /// Which LP solver to use (both are pure Rust).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LpSolver {
     /// `microlp`: a dual simplex; exact vertex solutions, best for the small
     /// problems of one scheduling decision.

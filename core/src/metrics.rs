@@ -106,7 +106,10 @@ pub struct Summary {
     pub makespan_over_bound: Option<f64>,
     /// No-queueing lower bound on the mean JCT (s).
     pub jct_lower_bound_s: f64,
-    /// avg JCT / its lower bound.
+    /// The same for forked jobs under the run's fork model: each job alone
+    /// with its best number of copies (s).
+    pub forked_jct_lower_bound_s: f64,
+    /// avg JCT / its lower bound (the forked-job bound for HadarE policies).
     pub jct_over_bound: f64,
     /// Rounds simulated.
     pub rounds: usize,
@@ -167,6 +170,16 @@ pub fn mean(values: impl IntoIterator<Item = f64>) -> f64 {
         0.0
     } else {
         s / n as f64
+    }
+}
+
+/// Serializes a number JSON can hold as itself, and an infinite one as the
+/// string `"inf"` / `"-inf"` (JSON has no infinity; `null` would lose it).
+pub fn number_or_inf<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    match *x {
+        x if x == f64::INFINITY => s.serialize_str("inf"),
+        x if x == f64::NEG_INFINITY => s.serialize_str("-inf"),
+        x => s.serialize_f64(x),
     }
 }
 

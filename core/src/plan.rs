@@ -73,7 +73,8 @@ pub fn shared_rate(workload: &Workload, task: &Task, other: &Task) -> f64 {
 }
 
 /// How a gang spread over several GPU types progresses (setting `mixed_rate`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum MixedRate {
     /// Synchronous training runs at the slowest worker's pace (the default).
     #[default]

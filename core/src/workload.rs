@@ -243,6 +243,7 @@ mod tests {
             priority_weight: 1.0,
             slo_s: None,
             launch: Launch::default(),
+            batch: crate::job::BatchInfo::default(),
         }
     }
 

@@ -10,6 +10,8 @@
 //! weight = 1.0                        # priority weight (default 1)
 //! throughput = { v100 = 2000.0, k80 = 700.0 }   # iterations/s estimates per GPU type
 //! env = { HADAR_TRAINER_ITER_US = "200" }        # extra environment (optional)
+//! batch_size = 64                     # examples per step of one copy (optional; HadarE's fork model)
+//! noise_scale = 1000.0                # gradient noise scale B_noise, same unit (optional)
 //! ```
 
 use std::collections::BTreeMap;
@@ -48,6 +50,14 @@ pub struct RunJob {
     /// passed to it untouched.
     #[serde(default)]
     pub options: toml::Table,
+    /// Examples per step of one copy, for HadarE's fork model (default:
+    /// from the name, e.g. `(batch size 64)`, or the model's default).
+    #[serde(default)]
+    pub batch_size: Option<f64>,
+    /// The job's gradient noise scale `B_noise`, in the unit of
+    /// `batch_size` (default: the fork model's table; docs/algorithm.md).
+    #[serde(default)]
+    pub noise_scale: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -125,6 +135,14 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
                 "give at least one GPU type with a rate > 0 (iterations/s)",
             ));
         }
+        for (field, value) in [("batch_size", j.batch_size), ("noise_scale", j.noise_scale)] {
+            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(Error::parse(
+                    f(field),
+                    format!("{v} is not a size; give a finite number > 0 (examples)"),
+                ));
+            }
+        }
         if jobs[..i].iter().any(|o| o.name == j.name) {
             return Err(Error::parse(
                 f("name"),
@@ -159,6 +177,10 @@ pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
                     command: j.command.join(" "),
                     ..Launch::default()
                 },
+                batch: hadar_core::job::BatchInfo {
+                    size: j.batch_size,
+                    noise_scale: j.noise_scale,
+                },
             }
         })
         .collect();
@@ -191,6 +213,12 @@ throughput = { v100 = 4.0, k80 = 1.0 }
         let (model, table) = to_model(&jobs);
         assert_eq!(model[0].scale_factor, 2);
         assert_eq!(table.isolated("a", 2, "k80"), Some(1.0));
+        assert_eq!(model[0].batch, hadar_core::job::BatchInfo::default());
+        let text = "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\n\
+                    batch_size=32\nnoise_scale=400.0";
+        let (model, _) = to_model(&parse_jobs(text, "j.toml").unwrap());
+        assert_eq!(model[0].batch.size, Some(32.0));
+        assert_eq!(model[0].batch.noise_scale, Some(400.0));
         for (bad, needle) in [
             ("", "no [[job]]"),
             (
@@ -224,6 +252,14 @@ throughput = { v100 = 4.0, k80 = 1.0 }
             (
                 "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\nenv={HADAR_TOTAL_ITERATIONS='5'}",
                 "env.HADAR_TOTAL_ITERATIONS",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\nnoise_scale=0.0",
+                "job[0].noise_scale",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\nbatch_size=-4.0",
+                "job[0].batch_size",
             ),
         ] {
             let err = parse_jobs(bad, "j.toml").unwrap_err().to_string();

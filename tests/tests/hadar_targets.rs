@@ -1,6 +1,7 @@
 //! Hadar against the bar on Gavel's static runs A and B (4:4:4) and on its
 //! continuous workload: regression tests for the results in docs/algorithm.md.
 
+use hadar_core::fork_model::ForkModel;
 use hadar_core::reproduce::{gavel_runs, workload_of};
 use hadar_core::scheduler::PolicyKind;
 use hadar_core::sim::{Experiment, SimSettings};
@@ -76,8 +77,14 @@ fn jct_utility_beats_every_gavel_policy() {
     }
 }
 
-/// HadarE on Gavel's physical makespan trace (8 V100 + 16 P100 + 24 K80):
-/// at least 1.2x shorter than Gavel's best makespan there (17.40 h).
+/// HadarE on Gavel's physical makespan trace (8 V100 + 16 P100 + 24 K80)
+/// against Gavel's best makespan there (17.40 h). Under the paper's
+/// assumption (`constant:1.0`: every copy's steps count in full) it is at
+/// least 1.2x shorter (measured 12.85 h with sharing, 13.37 h without).
+/// Under the noise-scale model at rho = 0.9 (copies averaged every round
+/// make 0.9 S(k) copies' worth) the gain shrinks below the paper's 1.2x:
+/// measured 14.52 h (1.198x) with sharing, 15.06 h (1.155x) without; we
+/// pin at least 1.1x. Without sharing, both respect their forked-job bound.
 #[test]
 fn hadare_beats_gavels_best_makespan_on_the_physical_trace() {
     let runs = gavel_runs().expect("embedded results");
@@ -90,22 +97,29 @@ fn hadare_beats_gavels_best_makespan_on_the_physical_trace() {
         .iter()
         .find(|r| r.trace == "minimize_makespan.trace")
         .expect("run H");
-    for settings in [SimSettings::default(), without_sharing()] {
-        let sharing = settings.scheduler.hadar.share_min_gain.is_some();
-        let exp = Experiment::new(workload_of(r).expect("workload"), settings).expect("experiment");
-        let s = exp
-            .run(PolicyKind::HadarEMakespan, &mut |_| {})
-            .expect("simulation")
-            .summary;
-        assert!(
-            gavel / s.makespan_s >= 1.2,
-            "HadarE (sharing: {sharing}) {:.2} h against Gavel's {:.2} h",
-            s.makespan_s / 3600.0,
-            gavel / 3600.0
-        );
-        // Without sharing, it respects the forked-job bound.
-        if !sharing {
-            assert!(s.makespan_s >= s.forked_lower_bound_s.expect("bound") * (1.0 - 1e-9));
+    let noise_scale = ForkModel::NoiseScale {
+        rho: 0.9,
+        warmup: 0.0,
+    };
+    for (model, at_least) in [(ForkModel::constant(1.0), 1.2), (noise_scale, 1.1)] {
+        for mut settings in [SimSettings::default(), without_sharing()] {
+            settings.fork_model = model;
+            let sharing = settings.scheduler.hadar.share_min_gain.is_some();
+            let exp =
+                Experiment::new(workload_of(r).expect("workload"), settings).expect("experiment");
+            let s = exp
+                .run(PolicyKind::HadarEMakespan, &mut |_| {})
+                .expect("simulation")
+                .summary;
+            assert!(
+                gavel / s.makespan_s >= at_least,
+                "HadarE ({model}, sharing: {sharing}) {:.2} h against Gavel's {:.2} h",
+                s.makespan_s / 3600.0,
+                gavel / 3600.0
+            );
+            if !sharing {
+                assert!(s.makespan_s >= s.forked_lower_bound_s.expect("bound") * (1.0 - 1e-9));
+            }
         }
     }
 }

@@ -4,8 +4,11 @@
 
 use std::sync::Arc;
 
-use hadar_core::bounds::{forked_makespan_lower_bound, isolated_jct, makespan_lower_bound};
+use hadar_core::bounds::{
+    forked_jct_lower_bound, forked_makespan_lower_bound, isolated_jct, makespan_lower_bound,
+};
 use hadar_core::cluster::Cluster;
+use hadar_core::fork_model::ForkModel;
 use hadar_core::job::{Job, JobId, Launch};
 use hadar_core::scheduler::PolicyKind;
 use hadar_core::sim::{Experiment, SimSettings};
@@ -71,6 +74,15 @@ fn workload_strategy() -> impl Strategy<Value = (Vec<u32>, Vec<JobSpec>)> {
 }
 
 fn build(counts: &[u32], jobs: &[JobSpec]) -> Option<Arc<Workload>> {
+    build_batched(counts, jobs, &[])
+}
+
+/// [`build`], job `i` with batch size and noise scale `batches[i]` when given.
+fn build_batched(
+    counts: &[u32],
+    jobs: &[JobSpec],
+    batches: &[(f64, f64)],
+) -> Option<Arc<Workload>> {
     let spec: Vec<String> = TYPES
         .iter()
         .zip(counts)
@@ -94,6 +106,12 @@ fn build(counts: &[u32], jobs: &[JobSpec]) -> Option<Arc<Workload>> {
             priority_weight: 1.0,
             slo_s: None,
             launch: Launch::default(),
+            batch: batches.get(i).map_or_else(Default::default, |&(b, n)| {
+                hadar_core::job::BatchInfo {
+                    size: Some(b),
+                    noise_scale: Some(n),
+                }
+            }),
         })
         .collect();
     Workload::new(jobs, cluster, Arc::new(table()), "generated")
@@ -112,7 +130,9 @@ proptest! {
     fn schedules_are_feasible_and_complete((counts, jobs) in workload_strategy()) {
         let Some(workload) = build(&counts, &jobs) else { return Ok(()) };
         let bound = makespan_lower_bound(&workload).expect("bound");
-        let forked_bound = forked_makespan_lower_bound(&workload).expect("forked bound");
+        let forked_bound =
+            forked_makespan_lower_bound(&workload, SimSettings::default().fork_model)
+                .expect("forked bound");
         prop_assert!(forked_bound <= bound * (1.0 + 1e-6));
         let exp = Experiment::new(workload.clone(), SimSettings::default()).expect("experiment");
         for kind in PolicyKind::ALL {
@@ -152,6 +172,47 @@ proptest! {
                     .fold(best / f64::from(job.scale_factor), f64::max);
                 prop_assert!(job.total_steps as f64 <= per_gpu * rec.gpu_seconds * (1.0 + 1e-9) + 1.0);
                 prop_assert!(rec.start_s.expect("started") >= job.arrival_s);
+            }
+        }
+    }
+}
+
+/// A fork model: noise-scale at a random rho and warm-up, or constant.
+fn fork_model_strategy() -> impl Strategy<Value = ForkModel> {
+    prop_oneof![
+        (0.3f64..=1.0, prop::sample::select(vec![0.0, 0.2]))
+            .prop_map(|(rho, warmup)| ForkModel::NoiseScale { rho, warmup }),
+        (0.3f64..=1.0).prop_map(ForkModel::constant),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// No forked job finishes sooner than its best number of copies allows
+    /// under the fork model (the best S(k), k up to the cluster's nodes, at
+    /// its best rate of one copy), and no HadarE schedule beats the
+    /// forked-job makespan bound of the same model.
+    #[test]
+    fn forked_jobs_progress_within_the_fork_model(
+        (counts, jobs) in workload_strategy(),
+        batches in prop::collection::vec((1.0f64..256.0, 1.0f64..4096.0), 14),
+        model in fork_model_strategy(),
+    ) {
+        let Some(workload) = build_batched(&counts, &jobs, &batches) else { return Ok(()) };
+        let mut settings = SimSettings { fork_model: model, ..SimSettings::default() };
+        // The bounds leave GPU sharing out.
+        settings.scheduler.hadar.share_min_gain = None;
+        let exp = Experiment::new(workload.clone(), settings).expect("experiment");
+        let bound = forked_makespan_lower_bound(&workload, model).expect("bound");
+        for kind in [PolicyKind::HadarE, PolicyKind::HadarEMakespan] {
+            let r = exp.run(kind, &mut |_| {}).expect("simulation");
+            prop_assert_eq!(r.summary.jobs_completed, workload.jobs().len());
+            prop_assert!(r.summary.makespan_s >= bound * (1.0 - 1e-6), "{}: {} < {}", kind, r.summary.makespan_s, bound);
+            for (j, rec) in r.jobs.iter().enumerate() {
+                let fastest = forked_jct_lower_bound(&workload, model, [j]).expect("bound");
+                let jct = rec.jct_s.expect("finished");
+                prop_assert!(jct >= fastest * (1.0 - 1e-9), "{}: job {} in {} s < {} s", kind, j, jct, fastest);
             }
         }
     }

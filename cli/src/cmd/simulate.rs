@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use clap::Args;
 use hadar_core::cluster::Cluster;
+use hadar_core::fork_model::ForkModel;
 use hadar_core::lp::LpSolver;
 use hadar_core::metrics::RunResult;
 use hadar_core::plan::MixedRate;
@@ -18,6 +19,7 @@ use hadar_core::workload::Workload;
 
 use crate::exit::CliError;
 use crate::progress::Bars;
+use crate::report::settings::{summary_line, with_settings, Inputs};
 use crate::report::{jobs_csv, plots, summary};
 
 /// The embedded default trace: Gavel's run A (100 jobs at t=0, gangs of 1, 2, 4).
@@ -105,10 +107,18 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "min", value_parser = ["min", "mean"])]
     pub mixed_rate: String,
 
-    /// HadarE: the fraction of a forked job's copies' steps that counts as
-    /// progress (models the statistical cost of averaging copies).
-    #[arg(long, default_value_t = 1.0, value_name = "F")]
-    pub fork_efficiency: f64,
+    /// HadarE: how much a forked job's copies progress. `noise-scale`: k
+    /// copies averaged every round make rho*S(k) copies' worth, S(k) = k
+    /// (Bn + B) / (Bn + k B) from the job's batch B and gradient noise scale
+    /// Bn (`noise-scale:rho=R,warmup=W`; warmup: no forking before that
+    /// fraction of a job's work). `constant:E`: each copy's steps count E
+    /// (`constant:1.0`: the paper's assumption). See docs/algorithm.md.
+    #[arg(long, value_name = "MODEL", default_value_t = ForkModel::default())]
+    pub fork_model: ForkModel,
+
+    /// Deprecated: the same as `--fork-model constant:F`.
+    #[arg(long, value_name = "F", conflicts_with = "fork_model")]
+    pub fork_efficiency: Option<f64>,
 
     /// Skip the LP lower bound on the makespan (it is an LP over every measured job).
     #[arg(long)]
@@ -231,6 +241,21 @@ impl HadarArgs {
     }
 }
 
+/// `--fork-model`, or the deprecated `--fork-efficiency F` as `constant:F`.
+fn fork_model(args: &SimulateArgs) -> ForkModel {
+    match args.fork_efficiency {
+        Some(f) => {
+            tracing::warn!(
+                "--fork-efficiency {f} is deprecated: it means --fork-model constant:{f} (every \
+                 copy's steps count {f}); the default is now --fork-model {}",
+                ForkModel::default()
+            );
+            ForkModel::constant(f)
+        }
+        None => args.fork_model,
+    }
+}
+
 fn parse_window(s: &str) -> Result<(u32, u32), String> {
     let (a, b) = s
         .split_once("..")
@@ -339,7 +364,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
         },
         makespan_bound: !args.no_bound,
         explain: args.explain.map(hadar_core::job::JobId),
-        fork_efficiency: args.fork_efficiency,
+        fork_model: fork_model(&args),
     };
     if let Some(j) = args.explain {
         if j as usize >= workload.jobs().len() {
@@ -349,10 +374,32 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             )));
         }
     }
+    let inputs = Inputs {
+        trace: match &args.jobs {
+            Some(path) => path.display().to_string(),
+            None => source.clone(),
+        },
+        throughputs: args.throughputs.clone(),
+        cluster: args.cluster.clone(),
+        gpus_per_node: args.gpus_per_node,
+    };
     let experiment = Experiment::new(workload.clone(), settings)?;
     let results = run_policies(&experiment, &kinds, !args.json)?;
+    let json = |out: &str| -> Result<String, CliError> {
+        let values = results
+            .iter()
+            .map(|r| with_settings(&r.summary, &inputs, experiment.settings()))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .map_err(|e| CliError::output(out, std::io::Error::other(e)))?;
+        Ok(values)
+    };
     if let Some(dir) = &args.out {
-        write_outputs(dir, &results)?;
+        write_outputs(
+            dir,
+            &results,
+            &json(&dir.join("summary.json").display().to_string())?,
+        )?;
     }
     // On stderr, so that they reach a human even beside --json.
     for r in &results {
@@ -361,10 +408,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
         }
     }
     if args.json {
-        let summaries: Vec<_> = results.iter().map(|r| &r.summary).collect();
-        let text = serde_json::to_string_pretty(&summaries)
-            .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
-        println!("{text}");
+        println!("{}", json("stdout")?);
     } else {
         summary::print(
             "trace",
@@ -373,6 +417,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             experiment.settings().window,
             &results,
         );
+        println!("settings   {}", summary_line(experiment.settings()));
         if let Some(j) = args.explain {
             print_explanations(j, &results);
         }
@@ -451,17 +496,14 @@ fn print_explanations(job: u32, results: &[RunResult]) {
     }
 }
 
-fn write_outputs(dir: &Path, results: &[RunResult]) -> Result<(), CliError> {
+fn write_outputs(dir: &Path, results: &[RunResult], summary_json: &str) -> Result<(), CliError> {
     std::fs::create_dir_all(dir).map_err(|e| CliError::output(dir.display(), e))?;
     for r in results {
         let name = format!("{}.jobs.csv", crate::report::file_stem(&r.summary.policy));
         jobs_csv::write_jobs_csv(&dir.join(name), r)?;
     }
-    let summaries: Vec<_> = results.iter().map(|r| &r.summary).collect();
     let path = dir.join("summary.json");
-    let text = serde_json::to_string_pretty(&summaries)
-        .map_err(|e| CliError::output(path.display(), std::io::Error::other(e)))?;
-    std::fs::write(&path, text).map_err(|e| CliError::output(path.display(), e))?;
+    std::fs::write(&path, summary_json).map_err(|e| CliError::output(path.display(), e))?;
     plots::write_plots(dir, results)?;
     Ok(())
 }

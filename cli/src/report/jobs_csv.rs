@@ -147,6 +147,7 @@ mod tests {
             forked_lower_bound_s: None,
             makespan_over_bound: None,
             jct_lower_bound_s: 900.0,
+            forked_jct_lower_bound_s: 900.0,
             jct_over_bound: 1.1,
             rounds: 0,
             decisions: 0,

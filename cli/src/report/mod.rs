@@ -2,6 +2,7 @@
 
 pub mod jobs_csv;
 pub mod plots;
+pub mod settings;
 pub mod summary;
 pub mod table;
 

@@ -654,6 +654,7 @@ mod tests {
             forked_lower_bound_s: None,
             makespan_over_bound: Some(1.2),
             jct_lower_bound_s: 3000.0,
+            forked_jct_lower_bound_s: 3000.0,
             jct_over_bound: 1.2,
             rounds: 4,
             decisions: 4,

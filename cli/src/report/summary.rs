@@ -59,14 +59,18 @@ pub fn print(
     }
     if let Some(s) = results.first().map(|r| &r.summary) {
         let jct = u.fmt(s.jct_lower_bound_s);
+        let fjct = u.fmt(s.forked_jct_lower_bound_s);
         match s.lower_bound_s {
             Some(lb) => println!(
-                "bounds     makespan >= {} {n} (LP, gangs), >= {} {n} (forked jobs), both without GPU sharing; mean JCT >= {jct} {n} (no queueing)",
+                "bounds     makespan >= {} {n} (LP, gangs), >= {} {n} (forked jobs), both without GPU sharing; mean JCT >= {jct} {n} (no queueing), >= {fjct} {n} (forked jobs)",
                 u.fmt(lb),
                 s.forked_lower_bound_s.map_or("-".into(), |b| u.fmt(b)),
                 n = u.name,
             ),
-            None => println!("bounds     mean JCT >= {jct} {} (no queueing)", u.name),
+            None => println!(
+                "bounds     mean JCT >= {jct} {n} (no queueing), >= {fjct} {n} (forked jobs)",
+                n = u.name
+            ),
         }
     }
     println!();

@@ -234,7 +234,7 @@ impl fmt::Display for PolicyKind {
 }
 
 /// Settings shared by the schedulers.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SchedulerSettings {
     /// Minimum simulated seconds between two allocation recomputations (Gavel: 1920).
     pub realloc_interval_s: f64,

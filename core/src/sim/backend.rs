@@ -3,6 +3,7 @@
 
 use crate::error::Result;
 use crate::executor::{Capabilities, RoundExecutor, RoundReport, TaskReport};
+use crate::fork_model::{ForkCurves, ForkModel};
 use crate::plan::{shared_rate, task_rate, MixedRate, RoundPlan};
 use crate::state::JobsState;
 use crate::workload::Workload;
@@ -16,7 +17,8 @@ use crate::workload::Workload;
 pub struct SimBackend {
     workload: std::sync::Arc<Workload>,
     mixed: MixedRate,
-    fork_efficiency: f64,
+    /// How forked jobs' copies progress (`None`: every step counts).
+    fork: Option<ForkCurves>,
 }
 
 impl SimBackend {
@@ -25,15 +27,22 @@ impl SimBackend {
         Self {
             workload,
             mixed,
-            fork_efficiency: 1.0,
+            fork: None,
         }
     }
 
-    /// The fraction of a forked job's copies' steps that counts as progress
-    /// (HadarE: the statistical cost of averaging copies; 1.0 by default).
-    pub fn with_fork_efficiency(mut self, efficiency: f64) -> Self {
-        self.fork_efficiency = efficiency;
-        self
+    /// Credits forked jobs' copies by `model` (HadarE: the statistical cost
+    /// of averaging; without it every copy's steps count).
+    pub fn with_fork_model(mut self, model: ForkModel) -> Result<Self> {
+        self.fork = Some(ForkCurves::new(model, &self.workload)?);
+        Ok(self)
+    }
+
+    /// The fraction of each of `copies` copies' steps that counts for `job`.
+    fn per_copy(&self, job: usize, copies: usize) -> f64 {
+        self.fork
+            .as_ref()
+            .map_or(1.0, |f| f.curve(job).per_copy(copies as u32))
     }
 }
 
@@ -68,9 +77,9 @@ impl RoundExecutor for SimBackend {
         let mut reports: Vec<Option<TaskReport>> = vec![None; plan.tasks.len()];
         let partners = plan.sharing();
         for (job, idx) in by_job {
-            let forked = idx.len() > 1 || plan.tasks[idx[0]].copy > 0;
-            // A forked job's copies count `efficiency` of their steps.
-            let eff = if forked { self.fork_efficiency } else { 1.0 };
+            // k copies, averaged at the round's end, make rho S(k) times
+            // their mean steps (the fork model): each counts per_copy(k).
+            let eff = self.per_copy(job as usize, idx.len());
             let rates: Vec<f64> = idx
                 .iter()
                 .map(|&i| {

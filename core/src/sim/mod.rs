@@ -14,13 +14,15 @@ use crate::engine::{
 };
 use crate::error::{Error, Result};
 use crate::executor::RoundExecutor;
+use crate::fork_model::ForkModel;
 use crate::metrics::{mean, quantile, JobRecord, RunResult, Summary};
 use crate::plan::MixedRate;
 use crate::scheduler::{build, PolicyKind, SchedulerSettings};
 use crate::workload::Workload;
 
-/// Settings of a simulation.
-#[derive(Debug, Clone, PartialEq)]
+/// Settings of a simulation (serialized into every result, so that a
+/// figure can be reproduced: a new field appears there by itself).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SimSettings {
     /// Nominal round length (s); Gavel: 360.
     pub round_s: f64,
@@ -34,9 +36,9 @@ pub struct SimSettings {
     pub makespan_bound: bool,
     /// Record why this job ran where it ran, or waited, in every round.
     pub explain: Option<crate::job::JobId>,
-    /// HadarE: the fraction of a forked job's copies' steps that counts as
-    /// progress (the statistical cost of averaging); 1.0 by default.
-    pub fork_efficiency: f64,
+    /// HadarE: how much a forked job's copies progress (the statistical
+    /// cost of averaging; `crate::fork_model`).
+    pub fork_model: ForkModel,
 }
 
 impl Default for SimSettings {
@@ -48,7 +50,7 @@ impl Default for SimSettings {
             mixed_rate: MixedRate::Min,
             makespan_bound: true,
             explain: None,
-            fork_efficiency: 1.0,
+            fork_model: ForkModel::default(),
         }
     }
 }
@@ -63,6 +65,8 @@ pub struct Bounds {
     pub forked_makespan_s: Option<f64>,
     /// No-queueing bound on their mean JCT (s).
     pub mean_jct_s: f64,
+    /// The same for forked jobs under the fork model (s).
+    pub forked_mean_jct_s: f64,
 }
 
 /// A workload with its settings, ready to simulate under several policies.
@@ -77,13 +81,7 @@ impl Experiment {
     /// Checks the settings and computes the bounds.
     pub fn new(workload: Arc<Workload>, settings: SimSettings) -> Result<Self> {
         let n = workload.jobs().len() as u32;
-        let eff = settings.fork_efficiency;
-        if !(eff > 0.0 && eff <= 1.0) {
-            return Err(Error::setting(
-                "fork_efficiency",
-                format!("{eff} is not in (0, 1]"),
-            ));
-        }
+        settings.fork_model.check()?;
         if let Some((a, b)) = settings.window {
             if a >= b || b > n {
                 return Err(Error::setting(
@@ -102,7 +100,10 @@ impl Experiment {
             };
             (
                 Some(makespan_lower_bound(&sub)?),
-                Some(crate::bounds::forked_makespan_lower_bound(&sub)?),
+                Some(crate::bounds::forked_makespan_lower_bound(
+                    &sub,
+                    settings.fork_model,
+                )?),
             )
         } else {
             (None, None)
@@ -111,6 +112,11 @@ impl Experiment {
             makespan_s,
             forked_makespan_s,
             mean_jct_s: jct_lower_bound(&workload, measured.iter().copied()),
+            forked_mean_jct_s: crate::bounds::forked_jct_lower_bound(
+                &workload,
+                settings.fork_model,
+                measured.iter().copied(),
+            )?,
         };
         Ok(Self {
             workload,
@@ -137,7 +143,7 @@ impl Experiment {
     /// Simulates `policy`, reporting progress after each round.
     pub fn run(&self, policy: PolicyKind, progress: &mut dyn FnMut(Progress)) -> Result<RunResult> {
         let mut backend = SimBackend::new(self.workload.clone(), self.settings.mixed_rate)
-            .with_fork_efficiency(self.settings.fork_efficiency);
+            .with_fork_model(self.settings.fork_model)?;
         block_on(self.run_on(policy, &mut backend, None, false, progress))
     }
 
@@ -154,7 +160,7 @@ impl Experiment {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<RunResult> {
         let mut scheduler_settings = self.settings.scheduler.clone();
-        scheduler_settings.hadar.fork_efficiency = self.settings.fork_efficiency;
+        scheduler_settings.hadar.fork_model = self.settings.fork_model;
         if !executor.capabilities().share_gpus {
             scheduler_settings.hadar.share_min_gain = None;
         }
@@ -245,6 +251,7 @@ impl Experiment {
         let utilization = mean(out.gpu_busy_s.iter().map(|b| b / end));
         let ftfs: Vec<f64> = measured.iter().filter_map(|j| j.ftf).collect();
         let avg_jct_s = mean(jcts.iter().copied());
+        let forked = policy.starts_with("hadare");
         let summary = Summary {
             policy: policy.to_string(),
             makespan_s,
@@ -261,17 +268,25 @@ impl Experiment {
             lower_bound_s: self.bounds.makespan_s,
             forked_lower_bound_s: self.bounds.forked_makespan_s,
             // Forked jobs answer to the forked-job bound.
-            makespan_over_bound: if policy.starts_with("hadare") {
+            makespan_over_bound: if forked {
                 self.bounds.forked_makespan_s
             } else {
                 self.bounds.makespan_s
             }
             .map(|b| makespan_s / b),
             jct_lower_bound_s: self.bounds.mean_jct_s,
-            jct_over_bound: if self.bounds.mean_jct_s > 0.0 {
-                avg_jct_s / self.bounds.mean_jct_s
-            } else {
-                0.0
+            forked_jct_lower_bound_s: self.bounds.forked_mean_jct_s,
+            jct_over_bound: {
+                let bound = if forked {
+                    self.bounds.forked_mean_jct_s
+                } else {
+                    self.bounds.mean_jct_s
+                };
+                if bound > 0.0 {
+                    avg_jct_s / bound
+                } else {
+                    0.0
+                }
             },
             rounds: out.rounds.len(),
             decisions: out.decisions.len(),

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use crate::error::{read_to_string, Error, Location, Result};
-use crate::job::{Job, JobId, Launch};
+use crate::job::{BatchInfo, Job, JobId, Launch};
 
 /// Which column layout a trace uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +109,7 @@ pub fn parse_trace(text: &str, source: &str) -> Result<(Vec<Job>, TraceFormat)> 
                 priority_weight: parse_positive(cols[7], &at, TEN[7])?,
                 slo_s: parse_slo(cols[8], &at)?,
                 arrival_s: parse_time(cols[9], &at, TEN[9])?,
+                batch: BatchInfo::default(),
             },
             TraceFormat::SevenColumn => Job {
                 id,
@@ -124,6 +125,7 @@ pub fn parse_trace(text: &str, source: &str) -> Result<(Vec<Job>, TraceFormat)> 
                 scale_factor: parse_scale(cols[6], &at, SEVEN[6])?,
                 priority_weight: 1.0,
                 slo_s: None,
+                batch: BatchInfo::default(),
             },
         };
         if job.arrival_s < last_arrival {

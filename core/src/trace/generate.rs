@@ -270,6 +270,7 @@ pub fn generate(spec: &GeneratorSpec, table: &ThroughputTable) -> Result<Vec<Job
                 priority_weight: d.priority_weight,
                 slo_s: None,
                 launch: t.launch(),
+                batch: crate::job::BatchInfo::default(),
             }
         })
         .collect();

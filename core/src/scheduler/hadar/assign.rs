@@ -40,7 +40,7 @@ impl HadarScheduler {
         for (j, alloc) in rest {
             let mut gpus = Vec::new();
             for &(ty, n) in alloc.iter() {
-                if self.as_copies[j.index() * k + ty] {
+                if self.runs_as_copies(j, k, ty) {
                     gpus.extend(self.picker.pick_spread(cluster, ty, n as usize));
                 } else {
                     gpus.extend(self.picker.pick(cluster, ty, n as usize));
@@ -58,7 +58,7 @@ impl HadarScheduler {
         for t in tasks {
             let ty = cluster.gpu(t.gpus[0]).gpu_type.index();
             let gang = w.jobs()[t.job.index()].scale_factor as usize;
-            if self.as_copies[t.job.index() * k + ty] && (t.gpus.len() > 1 || gang > 1) {
+            if self.runs_as_copies(t.job, k, ty) && (t.gpus.len() > 1 || gang > 1) {
                 for (c, &g) in t.gpus.iter().enumerate() {
                     out.push(Task {
                         job: t.job,
@@ -71,6 +71,12 @@ impl HadarScheduler {
             }
         }
         out
+    }
+
+    /// Whether job `j`'s gang on type `ty` (of `k`) runs as single-GPU
+    /// copies: where they are worth more than the gang, past the warm-up.
+    fn runs_as_copies(&self, j: JobId, k: usize, ty: usize) -> bool {
+        self.as_copies[j.index() * k + ty] && self.warm.get(j.index()).copied().unwrap_or(true)
     }
 }
 

@@ -2,36 +2,61 @@
 
 use std::collections::HashMap;
 
-use crate::cluster::GpuId;
+use crate::cluster::{GpuId, GpuTypeId};
 use crate::job::JobId;
 use crate::plan::Task;
+use crate::scheduler::RoundContext;
 use crate::workload::Workload;
 
 use super::HadarScheduler;
 
+/// Gains closer than this tie (the earlier job in the rotation wins).
+const TIE: f64 = 1e-12;
+
 impl HadarScheduler {
-    /// HadarE: every GPU still free after the gangs are placed runs a copy
-    /// of a job, in `order` (best first). A copy is a full replica on one
-    /// node, with as many of that node's free GPUs of one type as the table
-    /// has a rate for (up to the job's gang); copies of a job sit on
-    /// distinct nodes. Its gang, if it runs, is copy 0.
-    pub(super) fn fork(&mut self, w: &Workload, tasks: &mut Vec<Task>, order: &[JobId]) {
+    /// Which active jobs are past the fork model's warm-up (may run more
+    /// than one copy); called once a round before planning.
+    pub(super) fn update_warm(&mut self, ctx: &RoundContext<'_>) {
+        let w = ctx.workload;
+        self.warm.resize(w.jobs().len(), false);
+        for &j in &ctx.state.active {
+            let total = w.jobs()[j.index()].total_steps;
+            let done = ctx.state.jobs[j.index()].done_steps;
+            self.warm[j.index()] = self.fork_curves.warmed_up(done, total);
+        }
+    }
+
+    /// HadarE: GPUs still free after the gangs are placed run copies of the
+    /// jobs in `order` (best first). A copy is a full replica on one node,
+    /// with as many of that node's free GPUs of one type as the table has a
+    /// rate for (up to the job's gang); copies of a job sit on distinct
+    /// nodes. Its gang, if it runs, is copy 0.
+    ///
+    /// Each free slot goes to the job whose next copy adds the most
+    /// progress under the fork model (`ForkCurve::marginal`, in copies'
+    /// worth): a job that waits gains a whole copy, so it comes before any
+    /// job that already runs; ties go round-robin over `order`, so copies
+    /// spread over the most valuable jobs. A slot where no copy gains stays
+    /// idle (averaging one more copy in would lose more to drift than it
+    /// adds), and jobs before the warm-up get no second copy.
+    pub(super) fn fork(&mut self, ctx: &RoundContext<'_>, tasks: &mut Vec<Task>, order: &[JobId]) {
+        let w = ctx.workload;
         let cluster = w.cluster();
-        let k = cluster.gpu_types().len();
+        let mut copies: HashMap<JobId, u32> = HashMap::new();
         let mut next_copy: HashMap<JobId, u32> = HashMap::new();
         let mut nodes_used: HashMap<JobId, Vec<u32>> = HashMap::new();
         for t in tasks.iter() {
-            next_copy.insert(t.job, 1);
+            *copies.entry(t.job).or_default() += 1;
+            let next = next_copy.entry(t.job).or_insert(1);
+            *next = (*next).max(t.copy + 1);
             let nodes = nodes_used.entry(t.job).or_default();
             nodes.extend(t.gpus.iter().map(|&g| cluster.gpu(g).node.0));
         }
         if order.is_empty() {
             return;
         }
-        // Round-robin over the jobs in order, so that idle GPUs spread over
-        // the most valuable jobs rather than all going to the first.
         let mut cursor = 0usize;
-        for ty in 0..k {
+        for ty in 0..cluster.gpu_types().len() {
             let nodes: Vec<u32> = self.picker.nodes_of_type(ty).to_vec();
             for node in nodes {
                 loop {
@@ -39,25 +64,16 @@ impl HadarScheduler {
                     if free.is_empty() {
                         break;
                     }
-                    // The next job in order that can use this node.
-                    let mut chosen = None;
-                    for step in 0..order.len() {
-                        let j = order[(cursor + step) % order.len()];
-                        if nodes_used.get(&j).is_some_and(|n| n.contains(&node)) {
-                            continue;
-                        }
-                        let job = &w.jobs()[j.index()];
-                        let max = (free.len() as u32).min(job.scale_factor);
-                        let size = (1..=max).rev().find(|&g| {
-                            w.rate_at(j.index(), g, crate::cluster::GpuTypeId(ty as u16))
-                                .is_some_and(|r| r > 0.0)
-                        });
-                        if let Some(g) = size {
-                            chosen = Some((j, g, step));
-                            break;
-                        }
-                    }
-                    let Some((j, g, step)) = chosen else { break };
+                    let slot = Slot {
+                        node,
+                        ty: GpuTypeId(ty as u16),
+                        free: free.len() as u32,
+                    };
+                    let Some((j, g, step)) =
+                        self.best_copy(w, order, cursor, slot, &copies, &nodes_used)
+                    else {
+                        break;
+                    };
                     cursor = (cursor + step + 1) % order.len();
                     let gpus: Vec<GpuId> = free[..g as usize].to_vec();
                     self.picker.take(cluster, &gpus);
@@ -68,9 +84,58 @@ impl HadarScheduler {
                         gpus,
                     });
                     *copy += 1;
+                    *copies.entry(j).or_default() += 1;
                     nodes_used.entry(j).or_default().push(node);
                 }
             }
         }
     }
+
+    /// The job (with its copy's GPU count and its step in the rotation from
+    /// `cursor`) whose next copy on `slot` gains the most, if any gains.
+    fn best_copy(
+        &self,
+        w: &Workload,
+        order: &[JobId],
+        cursor: usize,
+        slot: Slot,
+        copies: &HashMap<JobId, u32>,
+        nodes_used: &HashMap<JobId, Vec<u32>>,
+    ) -> Option<(JobId, u32, usize)> {
+        let mut best: Option<(f64, JobId, u32, usize)> = None;
+        for step in 0..order.len() {
+            let j = order[(cursor + step) % order.len()];
+            if nodes_used.get(&j).is_some_and(|n| n.contains(&slot.node)) {
+                continue;
+            }
+            let k = copies.get(&j).copied().unwrap_or(0);
+            if k >= 1 && !self.warm.get(j.index()).copied().unwrap_or(true) {
+                continue;
+            }
+            let gain = self.fork_curves.curve(j.index()).marginal(k);
+            if gain <= TIE || best.is_some_and(|b| gain <= b.0 + TIE) {
+                continue;
+            }
+            let max = slot.free.min(w.jobs()[j.index()].scale_factor);
+            let size = (1..=max)
+                .rev()
+                .find(|&g| w.rate_at(j.index(), g, slot.ty).is_some_and(|r| r > 0.0));
+            if let Some(g) = size {
+                best = Some((gain, j, g, step));
+                // No copy adds more than a whole one: nothing later beats it.
+                if gain >= 1.0 - TIE {
+                    break;
+                }
+            }
+        }
+        best.map(|(_, j, g, step)| (j, g, step))
+    }
+}
+
+/// A node's free GPUs of one type.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    node: u32,
+    ty: GpuTypeId,
+    free: u32,
 }

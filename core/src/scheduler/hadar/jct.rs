@@ -64,7 +64,7 @@ impl HadarScheduler {
         }
         let mut tasks = self.assign(w, &now);
         if self.settings.fork {
-            self.fork(w, &mut tasks, &order);
+            self.fork(ctx, &mut tasks, &order);
         }
         if let Some(min_gain) = self.settings.share_min_gain {
             share(w, &mut tasks, &order, min_gain);

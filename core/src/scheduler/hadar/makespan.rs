@@ -180,7 +180,7 @@ impl HadarScheduler {
                 };
                 left(b).total_cmp(&left(a)).then(a.cmp(b))
             });
-            self.fork(w, &mut tasks, &order);
+            self.fork(ctx, &mut tasks, &order);
         }
         if let Some(min_gain) = self.settings.share_min_gain {
             // Jobs the fluid plan leaves out this round, longest first.

@@ -28,6 +28,7 @@ pub mod utility;
 
 use crate::cluster::GpuId;
 use crate::error::{Error, Result};
+use crate::fork_model::ForkCurves;
 use crate::job::JobId;
 use crate::scheduler::gpus::GpuPicker;
 use crate::scheduler::{Decision, RoundContext, Scheduler};
@@ -58,6 +59,10 @@ pub struct HadarScheduler {
     rates: Vec<f64>,
     /// Where the rate above is the copies' (the gang runs as copies there).
     as_copies: Vec<bool>,
+    /// HadarE: each job's progress curve under the fork model.
+    fork_curves: ForkCurves,
+    /// HadarE: jobs past the fork model's warm-up (may run several copies).
+    warm: Vec<bool>,
 }
 
 impl HadarScheduler {
@@ -87,7 +92,8 @@ impl HadarScheduler {
                 "must be >= 1 (inf: admit every job)",
             ));
         }
-        let (rates, as_copies) = planning_rates(workload, &settings);
+        let fork_curves = ForkCurves::new(settings.fork_model, workload)?;
+        let (rates, as_copies) = planning_rates(workload, &settings, &fork_curves);
         let order = settings.order.unwrap_or(match settings.utility {
             Utility::Jct => JobOrder::ShortestFirst,
             Utility::Makespan => JobOrder::LongestFirst,
@@ -104,6 +110,8 @@ impl HadarScheduler {
             type_names: workload.cluster().gpu_types().to_vec(),
             rates,
             as_copies,
+            warm: vec![true; workload.jobs().len()],
+            fork_curves,
             settings,
         })
     }
@@ -117,6 +125,9 @@ impl Scheduler for HadarScheduler {
     fn plan(&mut self, ctx: &RoundContext<'_>) -> Result<Decision> {
         for &j in ctx.completed {
             self.held[j.index()].clear();
+        }
+        if self.settings.fork {
+            self.update_warm(ctx);
         }
         if self.settings.utility == Utility::Makespan {
             return self.plan_makespan(ctx);
@@ -136,8 +147,14 @@ impl Scheduler for HadarScheduler {
     }
 }
 
-/// The rates Hadar plans with (see `HadarScheduler::rates`).
-fn planning_rates(w: &Workload, settings: &HadarSettings) -> (Vec<f64>, Vec<bool>) {
+/// The rates Hadar plans with (see `HadarScheduler::rates`): with HadarE,
+/// a gang of `g` may run as `g` single-GPU copies, worth `progress(g)`
+/// copies under the fork model.
+fn planning_rates(
+    w: &Workload,
+    settings: &HadarSettings,
+    curves: &ForkCurves,
+) -> (Vec<f64>, Vec<bool>) {
     let k = w.cluster().gpu_types().len();
     let mut rates = Vec::with_capacity(w.jobs().len() * k);
     let mut as_copies = Vec::with_capacity(w.jobs().len() * k);
@@ -146,9 +163,7 @@ fn planning_rates(w: &Workload, settings: &HadarSettings) -> (Vec<f64>, Vec<bool
             let ty = crate::cluster::GpuTypeId(t as u16);
             let gang = w.rate(j, ty);
             let copies = if settings.fork && job.scale_factor > 1 {
-                w.rate_at(j, 1, ty).unwrap_or(0.0)
-                    * f64::from(job.scale_factor)
-                    * settings.fork_efficiency
+                w.rate_at(j, 1, ty).unwrap_or(0.0) * curves.curve(j).progress(job.scale_factor)
             } else {
                 0.0
             };
@@ -159,5 +174,7 @@ fn planning_rates(w: &Workload, settings: &HadarSettings) -> (Vec<f64>, Vec<bool
     (rates, as_copies)
 }
 
+#[cfg(test)]
+mod fork_tests;
 #[cfg(test)]
 mod tests;

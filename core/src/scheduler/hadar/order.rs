@@ -6,7 +6,8 @@ use crate::scheduler::RoundContext;
 use super::HadarScheduler;
 
 /// The order in which jobs meet the prices (earlier jobs see lower prices).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum JobOrder {
     /// Shortest remaining time (alone on its fastest type) over weight first,
     /// less the aging credit for the time since the job arrived.

@@ -3,9 +3,10 @@
 use super::{JobOrder, Utility};
 
 /// Hadar's settings (see `docs/algorithm.md` for how each default was chosen).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct HadarSettings {
-    /// The utility optimized.
+    /// The utility optimized (set by the policy's name, so not recorded).
+    #[serde(skip)]
     pub utility: Utility,
     /// Job order; `None`: shortest-first for JCT, longest-first for makespan.
     pub order: Option<JobOrder>,
@@ -25,6 +26,7 @@ pub struct HadarSettings {
     pub aging: f64,
     /// Admission: a job runs only if its loss plus cost is at most this many
     /// times the loss of finishing alone on its fastest type from now.
+    #[serde(serialize_with = "crate::metrics::number_or_inf")]
     pub admission: f64,
     /// Whether a gang may span GPU types (task-level heterogeneity).
     pub mixed_types: bool,
@@ -33,11 +35,14 @@ pub struct HadarSettings {
     pub makespan_resolve_s: f64,
     /// HadarE: run jobs as copies (replicas on distinct nodes, averaged at
     /// round boundaries) where copies progress faster per GPU than the gang,
-    /// and fill GPUs left idle with copies.
+    /// and fill GPUs left idle with copies (set by the policy's name, so
+    /// not recorded).
+    #[serde(skip)]
     pub fork: bool,
-    /// HadarE: the fraction of copies' steps assumed to count (the
-    /// simulator's `fork_efficiency`), for deciding when copies pay.
-    pub fork_efficiency: f64,
+    /// HadarE: how much copies progress (the simulator's `fork_model`),
+    /// for deciding when a copy pays (a run records its own).
+    #[serde(skip)]
+    pub fork_model: crate::fork_model::ForkModel,
     /// Makespan utility: the target is the fluid bound on the remaining work
     /// times `1 + makespan_slack` (the bound itself is rarely reachable).
     pub makespan_slack: f64,
@@ -66,7 +71,7 @@ impl Default for HadarSettings {
             makespan_slack: 0.0,
             makespan_resolve_s: 1920.0,
             fork: false,
-            fork_efficiency: 1.0,
+            fork_model: crate::fork_model::ForkModel::default(),
             backfill: true,
             share_min_gain: Some(0.05),
         }

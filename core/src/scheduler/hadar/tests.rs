@@ -38,6 +38,7 @@ fn workload_arriving(steps: [u64; 3], arrivals: [f64; 3]) -> Workload {
             priority_weight: 1.0,
             slo_s: None,
             launch: Launch::default(),
+            batch: crate::job::BatchInfo::default(),
         })
         .collect();
     let cluster = Arc::new(Cluster::from_short_form("fast=1,slow=2", 1).unwrap());

@@ -5,7 +5,8 @@
 use std::fmt;
 
 /// Which utility the scheduler optimizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Utility {
     /// Average JCT: every second a job waits costs its weight.
     /// `U_j(T) = w_j * (Omega_j - (T - a_j))`.

@@ -1,0 +1,104 @@
+//! HadarE's stop rule on hand-computed cases: a copy is added only while
+//! it adds progress under the fork model, best gain first.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::cluster::Cluster;
+use crate::fork_model::ForkModel;
+use crate::job::{BatchInfo, Job};
+use crate::plan::Task;
+use crate::scheduler::RoundContext;
+use crate::state::{JobsState, Phase};
+use crate::throughput::ThroughputTable;
+
+/// Single-GPU jobs of unknown models (batch, noise scale) on `gpus`
+/// one-GPU nodes of one type, 1 step/s each.
+fn workload(jobs: &[(f64, f64)], gpus: u32) -> Workload {
+    let mut t = ThroughputTable::default();
+    let jobs = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, &(batch, noise))| {
+            let model = format!("m{i}");
+            t.set_isolated(&model, 1, "x", 1.0);
+            let mut job = Job::single_gpu(i, &model, 10_000);
+            job.batch = BatchInfo {
+                size: Some(batch),
+                noise_scale: Some(noise),
+            };
+            job
+        })
+        .collect();
+    let cluster = Arc::new(Cluster::from_short_form(&format!("x={gpus}"), 1).unwrap());
+    Workload::new(jobs, cluster, Arc::new(t), "t").unwrap()
+}
+
+/// Copies per job in one round planned by HadarE (JCT utility) after
+/// `done` steps of each job.
+fn copies(w: &Workload, model: ForkModel, done: u64) -> Vec<usize> {
+    let settings = HadarSettings {
+        fork: true,
+        fork_model: model,
+        share_min_gain: None,
+        ..HadarSettings::default()
+    };
+    let mut h = HadarScheduler::new("hadare", w, settings).unwrap();
+    let mut st = JobsState::new(w);
+    for (i, j) in st.jobs.iter_mut().enumerate() {
+        j.phase = Phase::Active;
+        j.done_steps = done;
+        st.active.push(JobId(i as u32));
+    }
+    let ctx = RoundContext {
+        workload: w,
+        state: &st,
+        now_s: 0.0,
+        round: 0,
+        round_s: 100.0,
+        arrived: &[],
+        completed: &[],
+        last_round: None,
+    };
+    let tasks: Vec<Task> = h.plan(&ctx).unwrap().tasks;
+    (0..w.jobs().len())
+        .map(|j| tasks.iter().filter(|t| t.job.index() == j).count())
+        .collect()
+}
+
+fn noise_scale(rho: f64, warmup: f64) -> ForkModel {
+    ForkModel::NoiseScale { rho, warmup }
+}
+
+#[test]
+fn copies_are_added_while_they_gain() {
+    // B = B_noise, rho 0.9: 1, 1.2, 1.35, 1.44 copies' worth: every
+    // marginal (0.2, 0.15, 0.09) is positive, so all 4 GPUs run copies.
+    let w = workload(&[(32.0, 32.0)], 4);
+    assert_eq!(copies(&w, noise_scale(0.9, 0.0), 0), vec![4]);
+    // B_noise = B / 10: two copies make 0.9 * 2 * 1.1 / 2.1 = 0.94 < 1:
+    // the second copy loses, so 3 GPUs stay idle.
+    let w = workload(&[(10.0, 1.0)], 4);
+    assert_eq!(copies(&w, noise_scale(0.9, 0.0), 0), vec![1]);
+    // The constant model at 1.0 (the paper's assumption) fills them.
+    assert_eq!(copies(&w, ForkModel::constant(1.0), 0), vec![4]);
+}
+
+#[test]
+fn spare_gpus_go_to_the_largest_marginal_gain() {
+    // Job 0 scales almost linearly (B_noise = 1000 B): its 2nd copy adds
+    // 0.9 * 2 * 1001 / 1002 - 1 = 0.798, its 3rd 0.897; job 1 (B_noise = B)
+    // gains 0.2 from a 2nd. Both spare GPUs go to job 0.
+    let w = workload(&[(1.0, 1000.0), (1.0, 1.0)], 4);
+    assert_eq!(copies(&w, noise_scale(0.9, 0.0), 0), vec![3, 1]);
+    // Under constant:1.0 every copy gains a whole one: round-robin.
+    assert_eq!(copies(&w, ForkModel::constant(1.0), 0), vec![2, 2]);
+}
+
+#[test]
+fn no_second_copy_before_the_warm_up() {
+    let w = workload(&[(32.0, 32.0)], 4);
+    // 10% warm-up: at 999 of 10,000 steps one copy, at 1,000 four.
+    assert_eq!(copies(&w, noise_scale(0.9, 0.1), 999), vec![1]);
+    assert_eq!(copies(&w, noise_scale(0.9, 0.1), 1_000), vec![4]);
+}
