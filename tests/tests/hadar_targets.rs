@@ -80,10 +80,10 @@ fn jct_utility_beats_every_gavel_policy() {
 /// HadarE on Gavel's physical makespan trace (8 V100 + 16 P100 + 24 K80)
 /// against Gavel's best makespan there (17.40 h). Under the paper's
 /// assumption (`constant:1.0`: every copy's steps count in full) it is at
-/// least 1.2x shorter (measured 12.85 h with sharing, 13.37 h without).
+/// least 1.2x shorter (measured 12.87 h with sharing, 13.40 h without).
 /// Under the noise-scale model at rho = 0.9 (copies averaged every round
 /// make 0.9 S(k) copies' worth) the gain shrinks below the paper's 1.2x:
-/// measured 14.52 h (1.198x) with sharing, 15.06 h (1.155x) without; we
+/// measured 14.51 h (1.199x) with sharing, 15.06 h (1.155x) without; we
 /// pin at least 1.1x. Without sharing, both respect their forked-job bound.
 #[test]
 fn hadare_beats_gavels_best_makespan_on_the_physical_trace() {

@@ -32,13 +32,16 @@ impl HadarScheduler {
     /// rate for (up to the job's gang); copies of a job sit on distinct
     /// nodes. Its gang, if it runs, is copy 0.
     ///
-    /// Each free slot goes to the job whose next copy adds the most
-    /// progress under the fork model (`ForkCurve::marginal`, in copies'
-    /// worth): a job that waits gains a whole copy, so it comes before any
-    /// job that already runs; ties go round-robin over `order`, so copies
-    /// spread over the most valuable jobs. A slot where no copy gains stays
-    /// idle (averaging one more copy in would lose more to drift than it
-    /// adds), and jobs before the warm-up get no second copy.
+    /// A copy is added only while it gains under the fork model
+    /// (`ForkCurve::marginal` > 0: a slot where averaging in one more copy
+    /// would lose more to drift than it adds stays idle), and jobs before
+    /// the warm-up get no second copy. Among the jobs a copy gains, each
+    /// free slot goes, for the JCT utility, to the one whose next copy adds
+    /// the most progress (in copies' worth: a job that waits gains a whole
+    /// copy, so it comes before any job that runs); for the makespan
+    /// utility, to the one that would finish last at its current copies
+    /// (a waiting job never finishes, so it comes first). Ties go
+    /// round-robin over `order`, so copies spread over the best jobs.
     pub(super) fn fork(&mut self, ctx: &RoundContext<'_>, tasks: &mut Vec<Task>, order: &[JobId]) {
         let w = ctx.workload;
         let cluster = w.cluster();
@@ -55,6 +58,23 @@ impl HadarScheduler {
         if order.is_empty() {
             return;
         }
+        let makespan = self.settings.utility == super::Utility::Makespan;
+        let curves = &self.fork_curves;
+        let score = |j: JobId, k: u32| -> f64 {
+            let curve = curves.curve(j.index());
+            if !makespan {
+                return curve.marginal(k);
+            }
+            let best = w.rates_of(j.index()).iter().copied().fold(0.0, f64::max);
+            let rate = best * curve.progress(k);
+            if rate > 0.0 {
+                ctx.state.remaining(w, j) as f64 / rate
+            } else {
+                f64::INFINITY
+            }
+        };
+        // No job scores above this: the first that reaches it wins.
+        let top = if makespan { f64::INFINITY } else { 1.0 };
         let mut cursor = 0usize;
         for ty in 0..cluster.gpu_types().len() {
             let nodes: Vec<u32> = self.picker.nodes_of_type(ty).to_vec();
@@ -69,8 +89,14 @@ impl HadarScheduler {
                         ty: GpuTypeId(ty as u16),
                         free: free.len() as u32,
                     };
+                    let rotation = Rotation {
+                        order,
+                        cursor,
+                        score: &score,
+                        top,
+                    };
                     let Some((j, g, step)) =
-                        self.best_copy(w, order, cursor, slot, &copies, &nodes_used)
+                        self.best_copy(w, &rotation, slot, &copies, &nodes_used)
                     else {
                         break;
                     };
@@ -91,20 +117,20 @@ impl HadarScheduler {
         }
     }
 
-    /// The job (with its copy's GPU count and its step in the rotation from
-    /// `cursor`) whose next copy on `slot` gains the most, if any gains.
+    /// The job (with its copy's GPU count and its step in the rotation)
+    /// that scores highest for a copy on `slot`, among those a copy gains.
     fn best_copy(
         &self,
         w: &Workload,
-        order: &[JobId],
-        cursor: usize,
+        rotation: &Rotation<'_>,
         slot: Slot,
         copies: &HashMap<JobId, u32>,
         nodes_used: &HashMap<JobId, Vec<u32>>,
     ) -> Option<(JobId, u32, usize)> {
+        let order = rotation.order;
         let mut best: Option<(f64, JobId, u32, usize)> = None;
         for step in 0..order.len() {
-            let j = order[(cursor + step) % order.len()];
+            let j = order[(rotation.cursor + step) % order.len()];
             if nodes_used.get(&j).is_some_and(|n| n.contains(&slot.node)) {
                 continue;
             }
@@ -112,8 +138,11 @@ impl HadarScheduler {
             if k >= 1 && !self.warm.get(j.index()).copied().unwrap_or(true) {
                 continue;
             }
-            let gain = self.fork_curves.curve(j.index()).marginal(k);
-            if gain <= TIE || best.is_some_and(|b| gain <= b.0 + TIE) {
+            if self.fork_curves.curve(j.index()).marginal(k) <= TIE {
+                continue;
+            }
+            let score = (rotation.score)(j, k);
+            if best.is_some_and(|b| score <= b.0 + TIE * b.0.abs().max(1.0)) {
                 continue;
             }
             let max = slot.free.min(w.jobs()[j.index()].scale_factor);
@@ -121,15 +150,23 @@ impl HadarScheduler {
                 .rev()
                 .find(|&g| w.rate_at(j.index(), g, slot.ty).is_some_and(|r| r > 0.0));
             if let Some(g) = size {
-                best = Some((gain, j, g, step));
-                // No copy adds more than a whole one: nothing later beats it.
-                if gain >= 1.0 - TIE {
+                best = Some((score, j, g, step));
+                if score >= rotation.top - TIE {
                     break;
                 }
             }
         }
         best.map(|(_, j, g, step)| (j, g, step))
     }
+}
+
+/// The jobs a slot may go to: `order` from `cursor` on, and how each
+/// scores with `k` copies (higher first, none above `top`).
+struct Rotation<'a> {
+    order: &'a [JobId],
+    cursor: usize,
+    score: &'a dyn Fn(JobId, u32) -> f64,
+    top: f64,
 }
 
 /// A node's free GPUs of one type.

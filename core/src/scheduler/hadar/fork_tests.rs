@@ -37,9 +37,16 @@ fn workload(jobs: &[(f64, f64)], gpus: u32) -> Workload {
 /// Copies per job in one round planned by HadarE (JCT utility) after
 /// `done` steps of each job.
 fn copies(w: &Workload, model: ForkModel, done: u64) -> Vec<usize> {
+    plan_copies(w, model, Utility::Jct, &vec![done; w.jobs().len()])
+}
+
+/// Copies per job in one round planned by HadarE for `utility`, job `j`
+/// having done `done[j]` steps.
+fn plan_copies(w: &Workload, model: ForkModel, utility: Utility, done: &[u64]) -> Vec<usize> {
     let settings = HadarSettings {
         fork: true,
         fork_model: model,
+        utility,
         share_min_gain: None,
         ..HadarSettings::default()
     };
@@ -47,7 +54,7 @@ fn copies(w: &Workload, model: ForkModel, done: u64) -> Vec<usize> {
     let mut st = JobsState::new(w);
     for (i, j) in st.jobs.iter_mut().enumerate() {
         j.phase = Phase::Active;
-        j.done_steps = done;
+        j.done_steps = done[i];
         st.active.push(JobId(i as u32));
     }
     let ctx = RoundContext {
@@ -101,4 +108,17 @@ fn no_second_copy_before_the_warm_up() {
     // 10% warm-up: at 999 of 10,000 steps one copy, at 1,000 four.
     assert_eq!(copies(&w, noise_scale(0.9, 0.1), 999), vec![1]);
     assert_eq!(copies(&w, noise_scale(0.9, 0.1), 1_000), vec![4]);
+}
+
+#[test]
+fn for_the_makespan_spare_gpus_go_to_the_job_that_ends_last() {
+    // Same curves (B_noise = B: 1, 1.2, 1.35 copies' worth), 1 step/s; job 0
+    // has 9,000 steps left, job 1 1,000. Job 0 ends last at one copy (9,000
+    // s) and at two (7,500 s): both spare GPUs go to it. For the JCT
+    // utility the two marginals tie (0.2) and the spares alternate.
+    let w = workload(&[(32.0, 32.0), (32.0, 32.0)], 4);
+    let model = noise_scale(0.9, 0.0);
+    let done = [1_000, 9_000];
+    assert_eq!(plan_copies(&w, model, Utility::Makespan, &done), vec![3, 1]);
+    assert_eq!(plan_copies(&w, model, Utility::Jct, &done), vec![2, 2]);
 }
