@@ -77,6 +77,25 @@ fn hadar_round_no_sharing(bencher: divan::Bencher, n: usize) {
     });
 }
 
+/// HadarE (JCT utility) under each fork model: the planning pass plus the
+/// copies on GPUs left free (each free slot weighs every active job).
+#[divan::bench(args = [256, 2048, 10000], consts = [false, true], sample_count = 5, sample_size = 1)]
+fn hadare_round<const CONSTANT: bool>(bencher: divan::Bencher, n: usize) {
+    fn make<const CONSTANT: bool>(w: &Workload) -> Box<dyn Scheduler> {
+        let settings = HadarSettings {
+            fork: true,
+            fork_model: if CONSTANT {
+                hadar_core::fork_model::ForkModel::constant(1.0)
+            } else {
+                hadar_core::fork_model::ForkModel::default()
+            },
+            ..HadarSettings::default()
+        };
+        Box::new(HadarScheduler::new("hadare", w, settings).expect("hadare"))
+    }
+    decide(bencher, n, make::<CONSTANT>);
+}
+
 #[divan::bench(args = [256, 2048], sample_count = 3, sample_size = 1)]
 fn gavel_max_min_fairness_perf_round(bencher: divan::Bencher, n: usize) {
     decide(bencher, n, |w| {
