@@ -847,6 +847,17 @@ impl RealRounds<'_> {
             .iter()
             .map(|t| ((t.job.0, t.copy), self.placement(t)))
             .collect();
+        if self.backend.renew_due() && !self.state.running.is_empty() {
+            // The backend renews what it holds (a Slurm allocation near its
+            // time or step limit): every task stops here with its checkpoint
+            // and starts again below, on the renewed resources.
+            tracing::info!(
+                tasks = self.state.running.len(),
+                "the backend renews its resources: stopping every task for this round boundary"
+            );
+            let all = std::mem::take(&mut self.state.running);
+            self.finish_tasks(all, &mut ledger).await?;
+        }
         self.stop_changed(&desired, &mut ledger).await?;
         if ledger.lost_nodes.is_empty() {
             self.launch_new(plan, &desired, &mut ledger).await?;
