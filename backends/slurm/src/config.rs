@@ -83,17 +83,18 @@ pub fn from_toml(file: &toml::Table, source: &str) -> Result<SlurmOptions> {
         crate::cmd::parse_duration(t)
             .map_err(|m| Error::parse(at.clone().field("backend.slurm.time_limit"), m))?;
     }
-    let max_steps =
-        match table.max_step_count {
-            Some(n) if n < 2 => return Err(Error::parse(
+    let max_steps = match table.max_step_count {
+        Some(n) if n < 2 => {
+            return Err(Error::parse(
                 at.field("backend.slurm.max_step_count"),
                 format!(
                     "{n}: expected the site's MaxStepCount (`scontrol show config`), at least 2"
                 ),
-            )),
-            Some(n) => n,
-            None => d.max_steps,
-        };
+            ))
+        }
+        Some(n) => n,
+        None => d.max_steps,
+    };
     let o = SlurmOptions {
         partition: table.partition,
         allocation_name,
