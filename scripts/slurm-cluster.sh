@@ -4,8 +4,9 @@
 # with typed fake GPUs: character devices made with `mknod c 195 N` (the
 # NVIDIA major), so that Slurm sets CUDA_VISIBLE_DEVICES as on real GPUs.
 #
-#   scripts/slurm-cluster.sh up      # idempotent; installs slurm-wlm and munge if needed
-#   scripts/slurm-cluster.sh down    # stops the daemons it started, by pid
+#   scripts/slurm-cluster.sh up        # idempotent; installs slurm-wlm and munge if needed
+#   scripts/slurm-cluster.sh up bench  # the same, plus partition hadar-bench (below)
+#   scripts/slurm-cluster.sh down      # stops the daemons it started, by pid
 #
 # Nodes (HADAR_SLURM_NODES, name:type:count:port): v100a v100b (gpu:v100:2),
 # k80a (gpu:k80:4), and `gone`, configured but never started (an unreachable
@@ -13,9 +14,20 @@
 # node DOWN within ~15 s; ReturnToService=2 takes it back when its slurmd
 # returns). Config in /etc/slurm (where the Slurm commands look), state and
 # logs under $HADAR_SLURM_DIR.
+#
+# `up bench` adds partition hadar-bench for the round-switch benchmark
+# (tests/benches/round_switch_slurm.rs): nodes b1..b4 with gpu:v100:8 each,
+# 32 GPUs for 32 concurrent steps (HADAR_SLURM_BENCH_NODES). The tests'
+# partition is the same either way.
 set -euo pipefail
 NODES=${HADAR_SLURM_NODES:-"v100a:v100:2:17101 v100b:v100:2:17102 k80a:k80:4:17103"}
 GONE=${HADAR_SLURM_GONE:-"gone:k80:4:17109"}
+BENCH_NODES=""
+if [ "${2:-}" = bench ]; then
+  BENCH_NODES=${HADAR_SLURM_BENCH_NODES:-"b1:v100:8:17111 b2:v100:8:17112 b3:v100:8:17113 b4:v100:8:17114"}
+elif [ -n "${2:-}" ]; then
+  echo "usage: $0 up [bench] | down" >&2; exit 2
+fi
 DIR=${HADAR_SLURM_DIR:-/var/lib/hadar-test-slurm}
 CPUS=8
 MEM=16000
@@ -86,7 +98,7 @@ up() {
   fi
 
   local maxgpu=0 spec name type count port names=() all
-  for spec in $NODES $GONE; do
+  for spec in $NODES $GONE $BENCH_NODES; do
     IFS=: read -r _ _ count _ <<<"$spec"
     [ "$count" -gt "$maxgpu" ] && maxgpu=$count
   done
@@ -141,11 +153,21 @@ EOF
   done
   all=$(IFS=,; echo "${names[*]}")
   echo "PartitionName=hadar Nodes=$all Default=YES MaxTime=INFINITE State=UP" >> /etc/slurm/slurm.conf
+  if [ -n "$BENCH_NODES" ]; then
+    local bench=()
+    for spec in $BENCH_NODES; do
+      IFS=: read -r name type count port <<<"$spec"
+      bench+=("$name")
+      echo "NodeName=$name NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM Gres=gpu:$type:$count" >> /etc/slurm/slurm.conf
+      echo "NodeName=$name Name=gpu Type=$type File=$DIR/dev/nvidia[0-$((count - 1))]" >> /etc/slurm/gres.conf
+    done
+    echo "PartitionName=hadar-bench Nodes=$(IFS=,; echo "${bench[*]}") MaxTime=INFINITE State=UP" >> /etc/slurm/slurm.conf
+  fi
 
   slurmctld
   wait_for 30 sh -c 'scontrol ping | grep -q UP' || { tail -20 "$DIR/log/slurmctld.log" >&2; exit 1; }
   local up=()
-  for spec in $NODES; do
+  for spec in $NODES $BENCH_NODES; do
     IFS=: read -r name _ _ _ <<<"$spec"
     up+=("$name")
     slurmd -N "$name"

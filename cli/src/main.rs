@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod backends;
 mod cmd;
@@ -48,18 +48,56 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Simulate(cmd::simulate::SimulateArgs),
-    #[command(subcommand)]
+    #[command(subcommand, after_help = TRACE_EXAMPLES)]
     Trace(cmd::trace::TraceCommand),
+    #[command(after_help = REPRODUCE_EXAMPLES)]
     Reproduce(cmd::reproduce::ReproduceArgs),
+    #[command(after_help = POLICIES_EXAMPLES)]
     Policies(cmd::policies::PoliciesArgs),
     Merge(cmd::merge::MergeArgs),
     Run(cmd::run::RunArgs),
+    #[command(after_help = STATUS_EXAMPLES)]
     Status(cmd::run::StatusArgs),
+    #[command(after_help = STOP_EXAMPLES)]
     Stop(cmd::run::StopArgs),
     Completions(CompletionsArgs),
-    #[command(subcommand)]
+    Man(ManArgs),
+    #[command(subcommand, after_help = CONFIG_EXAMPLES)]
     Config(ConfigCommand),
 }
+
+const TRACE_EXAMPLES: &str = "\
+Examples:
+  hadar trace generate --generator philly --jobs 8000 --jobs-per-hour 5 --seed 0 --out cont.trace
+  hadar trace check --trace cont.trace --cluster v100=36,p100=36,k80=36
+  hadar simulate --trace cont.trace --cluster v100=36,p100=36,k80=36 --window 4000..5000";
+
+const REPRODUCE_EXAMPLES: &str = "\
+Examples:
+  hadar reproduce                    # every run, 5% tolerance; exit 5 if one is off
+  hadar reproduce --tolerance 0.02 --json > reproduce.json";
+
+const POLICIES_EXAMPLES: &str = "\
+Examples:
+  hadar policies
+  hadar simulate --policy hadar,max_min_fairness_perf   # names from the list, or their aliases";
+
+const STATUS_EXAMPLES: &str = "\
+Examples:
+  hadar status                       # the run in ./hadar-run
+  hadar status --state /scratch/hadar-run --json";
+
+const STOP_EXAMPLES: &str = "\
+Examples:
+  hadar stop                         # the run in ./hadar-run; waits until it has stopped
+  hadar stop --state /scratch/hadar-run --wait 0
+  # then, to resume it, the same `hadar run ...` command again";
+
+const CONFIG_EXAMPLES: &str = "\
+Examples:
+  hadar config show
+  HADAR_POLICY=hadare hadar config show --json
+  hadar --config examples/config/slurm.toml config show";
 
 /// The configuration: files, HADAR_* variables, flags.
 ///
@@ -106,6 +144,15 @@ struct CompletionsArgs {
     shell: clap_complete::Shell,
 }
 
+/// Print the manual page (roff), for `man`.
+///
+/// Example:
+///
+///   hadar man > ~/.local/share/man/man1/hadar.1 && man hadar
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+struct ManArgs {}
+
 fn main() -> ExitCode {
     let (argv, config) = match config::with_config(std::env::args_os().collect()) {
         Ok(x) => x,
@@ -139,8 +186,16 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Status(args) => cmd::run::status(args),
         Command::Stop(args) => cmd::run::stop(args),
+        Command::Man(ManArgs {}) => {
+            let page = clap_mangen::Man::new(Cli::command());
+            let mut out = std::io::stdout().lock();
+            match page.render(&mut out) {
+                // `hadar man | head`: the reader has what it wanted.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                r => r.map_err(|e| exit::CliError::output("standard output", e)),
+            }
+        }
         Command::Completions(args) => {
-            use clap::CommandFactory;
             clap_complete::generate(
                 args.shell,
                 &mut Cli::command(),

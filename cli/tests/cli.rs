@@ -107,6 +107,46 @@ fn shell_completions_know_the_subcommands() {
 }
 
 #[test]
+fn the_man_page_is_roff_with_every_subcommand() {
+    let o = hadar(&["man"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(".TH hadar 1"),
+        "not a man page: {}",
+        &out[..out.len().min(200)]
+    );
+    for sub in ["simulate", "run", "status", "stop", "completions", "config"] {
+        assert!(out.contains(sub), "{sub} missing from the man page");
+    }
+}
+
+#[test]
+fn every_subcommand_teaches_with_an_example() {
+    for sub in [
+        "simulate",
+        "trace",
+        "reproduce",
+        "policies",
+        "merge",
+        "run",
+        "status",
+        "stop",
+        "completions",
+        "man",
+        "config",
+    ] {
+        let o = hadar(&[sub, "--help"]);
+        assert!(o.status.success(), "{sub}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert!(
+            out.contains(&format!("hadar {sub}")),
+            "`hadar {sub} --help` shows no example of itself"
+        );
+    }
+}
+
+#[test]
 fn json_output_has_the_documented_fields() {
     let o = hadar(&[
         "simulate",

@@ -1,7 +1,7 @@
 //! The layered configuration as a user meets it: each layer over the one
 //! below, `hadar config show` naming where each value came from, an unknown
 //! key refused with the nearest known one, and the same jobs run locally and
-//! over SSH from two configurations that differ in one line.
+//! over SSH and on Slurm from configurations that differ in one line.
 
 mod common;
 
@@ -148,29 +148,43 @@ fn an_unknown_key_is_refused_with_the_nearest_known_one() {
     assert!(o.status.success());
 }
 
-/// The same jobs and cluster, on this machine and over SSH: the two
-/// configurations differ in the backend's name only.
+/// The same jobs and cluster, on this machine, over SSH and on Slurm: the
+/// configurations differ in the backend's name only. (Docker runs the
+/// command inside its image, so its jobs name the image's program: not the
+/// same jobs file.)
 #[test]
-fn the_same_jobs_run_locally_and_over_ssh_by_changing_one_line() {
+fn the_same_jobs_run_locally_over_ssh_and_on_slurm_by_changing_one_line() {
     let ssh = Path::new("/var/lib/hadar-test-ssh");
     assert!(
         ssh.join("sshd_h1.pid").is_file(),
         "the SSH test hosts are not up: run `sudo scripts/ssh-hosts.sh up`"
     );
+    let slurm_up = std::process::Command::new("scontrol")
+        .arg("ping")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("UP"))
+        .unwrap_or(false);
+    assert!(
+        slurm_up,
+        "slurmctld is not running: start the test cluster with `sudo scripts/slurm-cluster.sh up`"
+    );
     let (_, trainer) = common::binaries();
     let dir = tempfile::tempdir().expect("tempdir");
     let jobs = common::jobs_file(dir.path(), &trainer);
+    // Slurm's node names (checked against sinfo), each with the SSH host
+    // that plays it.
     std::fs::write(
         dir.path().join("cluster.toml"),
-        "[[node]]\nname = \"h1\"\naddress = \"10.78.0.11\"\ngpus = { v100 = 2 }\n\n\
-         [[node]]\nname = \"h3\"\naddress = \"10.78.0.13\"\ngpus = { k80 = 2 }\n",
+        "[[node]]\nname = \"v100a\"\naddress = \"10.78.0.11\"\ngpus = { v100 = 2 }\n\n\
+         [[node]]\nname = \"k80a\"\naddress = \"10.78.0.13\"\ngpus = { k80 = 2 }\n",
     )
     .expect("cluster");
     let config = |backend: &str| {
         format!(
             "round_seconds = 1\ncluster = \"cluster.toml\"\njobs = \"{}\"\n\n[backend]\n\
              name = \"{backend}\"\n\n[backend.ssh]\nuser = \"root\"\nkey = \"{}\"\n\
-             known_hosts = \"{}\"\n",
+             known_hosts = \"{}\"\n\n[backend.slurm]\npartition = \"hadar\"\n\
+             allocation_name = \"hadar-config-test\"\npoll_seconds = 0.5\n",
             jobs.display(),
             ssh.join("id_ed25519").display(),
             ssh.join("known_hosts").display()
@@ -178,13 +192,16 @@ fn the_same_jobs_run_locally_and_over_ssh_by_changing_one_line() {
     };
     let local = config("local");
     let remote = config("ssh");
-    let differing: Vec<_> = local
-        .lines()
-        .zip(remote.lines())
-        .filter(|(a, b)| a != b)
-        .collect();
-    assert_eq!(differing.len(), 1, "{differing:?}");
-    for (name, text_of) in [("local", &local), ("ssh", &remote)] {
+    let slurm = config("slurm");
+    for other in [&remote, &slurm] {
+        let differing: Vec<_> = local
+            .lines()
+            .zip(other.lines())
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert_eq!(differing.len(), 1, "{differing:?}");
+    }
+    for (name, text_of) in [("local", &local), ("ssh", &remote), ("slurm", &slurm)] {
         std::fs::write(dir.path().join("hadar.toml"), text_of).expect("config");
         let state = dir.path().join(format!("state-{name}"));
         let o = hadar_in(

@@ -23,7 +23,7 @@ use hadar_core::plan::{RoundPlan, Task};
 use hadar_core::state::JobsState;
 
 use crate::checkpoints::{incoming, install, latest};
-use crate::parallel::{each as concurrently, fetch_checkpoints, launch_all, stop_all};
+use crate::parallel::{each as concurrently, fetch_checkpoints, launch_all, stop_each};
 use crate::state::{save_state, RunState, Running};
 use crate::{hang_limit, unix_now, Event, RunConfig, RunError};
 
@@ -171,8 +171,11 @@ impl RealRounds<'_> {
         if tasks.is_empty() {
             return Ok(());
         }
-        let handles = tasks.iter().map(|r| r.handle.clone()).collect();
-        let results = stop_all(&self.backend, handles, self.config.stop).await;
+        let handles = tasks
+            .iter()
+            .map(|r| (r.handle.clone(), self.stop_policy(r.job)))
+            .collect();
+        let results = stop_each(&self.backend, handles).await;
         let now = self.now();
         let mut by_job: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
         let mut failed: Option<RunError> = None;
@@ -280,6 +283,14 @@ impl RealRounds<'_> {
             }
         }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// How job `job`'s tasks are stopped (its own signal, else the run's).
+    fn stop_policy(&self, job: u32) -> hadar_backend::StopPolicy {
+        match self.config.jobs.get(job as usize) {
+            Some(j) => j.stop_policy(self.config.stop),
+            None => self.config.stop,
+        }
     }
 
     fn spec(&self, t: &Task, round: u64, deadline: f64) -> TaskSpec {
@@ -755,7 +766,8 @@ impl RealRounds<'_> {
                 }
                 Some(h) => {
                     tracing::warn!("stopping task {}: its (job, copy) already runs", h.id);
-                    for res in stop_all(&self.backend, vec![h], self.config.stop).await {
+                    let policy = self.stop_policy(r.job);
+                    for res in stop_each(&self.backend, vec![(h, policy)]).await {
                         res?;
                     }
                 }
@@ -847,6 +859,17 @@ impl RealRounds<'_> {
             .iter()
             .map(|t| ((t.job.0, t.copy), self.placement(t)))
             .collect();
+        if self.backend.renew_due() && !self.state.running.is_empty() {
+            // The backend renews what it holds (a Slurm allocation near its
+            // time or step limit): every task stops here with its checkpoint
+            // and starts again below, on the renewed resources.
+            tracing::info!(
+                tasks = self.state.running.len(),
+                "the backend renews its resources: stopping every task for this round boundary"
+            );
+            let all = std::mem::take(&mut self.state.running);
+            self.finish_tasks(all, &mut ledger).await?;
+        }
         self.stop_changed(&desired, &mut ledger).await?;
         if ledger.lost_nodes.is_empty() {
             self.launch_new(plan, &desired, &mut ledger).await?;

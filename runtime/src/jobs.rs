@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use hadar_backend::{Signal, StopPolicy};
 use hadar_core::error::{parse_toml, read_to_string, Error, Location, Result};
 use hadar_core::job::{Job, JobId, Launch};
 use hadar_core::throughput::ThroughputTable;
@@ -50,6 +51,14 @@ pub struct RunJob {
     /// passed to it untouched.
     #[serde(default)]
     pub options: toml::Table,
+    /// The signal that asks this job's tasks to checkpoint and exit
+    /// (`TERM`, `INT`, `USR1`, ...; default: the run's `--stop-signal`).
+    #[serde(default)]
+    pub stop_signal: Option<String>,
+    /// Seconds this job's tasks get to checkpoint and exit before they are
+    /// killed (default: the run's `--grace`).
+    #[serde(default)]
+    pub stop_grace_seconds: Option<f64>,
     /// Examples per step of one copy, for HadarE's fork model (default:
     /// from the name, e.g. `(batch size 64)`, or the model's default).
     #[serde(default)]
@@ -58,6 +67,23 @@ pub struct RunJob {
     /// `batch_size` (default: the fork model's table; docs/algorithm.md).
     #[serde(default)]
     pub noise_scale: Option<f64>,
+}
+
+impl RunJob {
+    /// How this job's tasks are stopped: its own signal and grace period
+    /// where it gives them, the run's otherwise.
+    pub fn stop_policy(&self, run: StopPolicy) -> StopPolicy {
+        let signal = self
+            .stop_signal
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(run.signal);
+        match self.stop_grace_seconds {
+            // Checked by `parse_jobs`.
+            Some(g) => StopPolicy::new(signal, g).unwrap_or(StopPolicy { signal, ..run }),
+            None => StopPolicy { signal, ..run },
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -143,6 +169,25 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
                 ));
             }
         }
+        if let Some(sig) = &j.stop_signal {
+            sig.parse::<Signal>().map_err(|_| {
+                Error::parse(
+                    f("stop_signal"),
+                    format!(
+                        "{sig:?} is not a signal; use one of {}",
+                        Signal::all()
+                            .iter()
+                            .map(|s| s.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })?;
+        }
+        if let Some(g) = j.stop_grace_seconds {
+            StopPolicy::new(Signal::Term, g)
+                .map_err(|m| Error::parse(f("stop_grace_seconds"), m))?;
+        }
         if jobs[..i].iter().any(|o| o.name == j.name) {
             return Err(Error::parse(
                 f("name"),
@@ -190,6 +235,42 @@ pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_may_have_its_own_stop_signal_and_grace() {
+        let one = |extra: &str| {
+            format!(
+                "[[job]]\nname = \"a\"\ncommand = [\"t\"]\niterations = 10\n\
+                 throughput = {{ v100 = 1.0 }}\n{extra}"
+            )
+        };
+        let run = StopPolicy::new(Signal::Term, 10.0).unwrap();
+        let jobs = parse_jobs(&one(""), "j.toml").unwrap();
+        assert_eq!(jobs[0].stop_policy(run), run, "the run's by default");
+        let jobs = parse_jobs(&one("stop_signal = \"SIGUSR1\"\n"), "j.toml").unwrap();
+        assert_eq!(
+            jobs[0].stop_policy(run),
+            StopPolicy::new(Signal::Usr1, 10.0).unwrap(),
+            "its signal, the run's grace"
+        );
+        let jobs = parse_jobs(
+            &one("stop_signal = \"INT\"\nstop_grace_seconds = 120\n"),
+            "j.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            jobs[0].stop_policy(run),
+            StopPolicy::new(Signal::Int, 120.0).unwrap()
+        );
+        for (bad, field) in [
+            ("stop_signal = \"HUP2\"\n", "job[0].stop_signal"),
+            ("stop_grace_seconds = -1\n", "job[0].stop_grace_seconds"),
+            ("stop_grace_seconds = 1e9\n", "job[0].stop_grace_seconds"),
+        ] {
+            let err = parse_jobs(&one(bad), "j.toml").unwrap_err().to_string();
+            assert!(err.contains(field), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn parses_and_checks() {

@@ -61,9 +61,17 @@ pub async fn stop_all(
     tasks: Vec<TaskHandle>,
     policy: StopPolicy,
 ) -> Vec<Result<TaskStatus, BackendError>> {
+    stop_each(backend, tasks.into_iter().map(|t| (t, policy)).collect()).await
+}
+
+/// Stops each task with its own policy (a job's own stop signal), side by side.
+pub async fn stop_each(
+    backend: &Arc<dyn Backend>,
+    tasks: Vec<(TaskHandle, StopPolicy)>,
+) -> Vec<Result<TaskStatus, BackendError>> {
     each(
         tasks,
-        move |b, t| async move { b.stop(&t, &policy).await },
+        |b, (t, policy)| async move { b.stop(&t, &policy).await },
         backend,
     )
     .await

@@ -3,3 +3,4 @@
 
 pub mod conformance;
 pub mod gavel_continuous;
+pub mod round_switch;

@@ -53,6 +53,11 @@ fn cluster() -> Cluster {
 }
 
 fn backend(cluster: &Cluster) -> SlurmBackend {
+    backend_with(cluster, SlurmOptions::default().max_steps)
+}
+
+/// The test backend, its allocation renewed before `max_steps` steps.
+fn backend_with(cluster: &Cluster, max_steps: u64) -> SlurmBackend {
     let expected = cluster
         .nodes()
         .iter()
@@ -71,6 +76,7 @@ fn backend(cluster: &Cluster) -> SlurmBackend {
             allocation_name: "hadar-tests".into(),
             poll: Duration::from_millis(500),
             allocation_wait_s: 60,
+            max_steps,
             ..SlurmOptions::default()
         },
         expected,
@@ -106,15 +112,15 @@ fn run_config(policy: PolicyKind, iterations: u64, dir: &Path, remote: &Path) ->
     }
 }
 
-async fn six_jobs_finish(policy: PolicyKind) {
+/// Six jobs run to the end; returns how many allocations the run made.
+async fn six_jobs_finish(policy: PolicyKind, max_steps: u64) -> u64 {
     slurm_up();
     let _one = ONE_RUN.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let remote = tempfile::tempdir().expect("tempdir");
     let config = run_config(policy, 8000, dir.path(), remote.path());
-    let report = run(&config, Arc::new(backend(&cluster())), &mut |_| {})
-        .await
-        .expect("run");
+    let b = Arc::new(backend_with(&cluster(), max_steps));
+    let report = run(&config, b.clone(), &mut |_| {}).await.expect("run");
     for j in &report.jobs {
         assert_eq!(j.state, "finished", "{j:?}");
         assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
@@ -142,16 +148,94 @@ async fn six_jobs_finish(policy: PolicyKind) {
         held.trim().is_empty(),
         "the allocation was released: {held}"
     );
+    b.allocations_made()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hadar_runs_six_jobs_on_slurm() {
-    six_jobs_finish(PolicyKind::Hadar).await;
+    let made = six_jobs_finish(PolicyKind::Hadar, SlurmOptions::default().max_steps).await;
+    assert_eq!(made, 1, "one allocation for the whole run");
 }
 
+/// HadarE restarts its copies every round: with room for 14 steps per
+/// allocation (8 GPUs: renewed once 6 step ids are used) the run renews its
+/// allocation between rounds, and every job still finishes once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hadare_runs_six_jobs_on_slurm() {
-    six_jobs_finish(PolicyKind::HadarE).await;
+async fn hadare_runs_six_jobs_on_slurm_renewing_its_allocation() {
+    let made = six_jobs_finish(PolicyKind::HadarE, 14).await;
+    assert!(made >= 2, "the allocation was renewed: {made} made");
+}
+
+/// The backend alone: renewal becomes due as step ids run out, waits while
+/// a step of the allocation runs, then releases it and allocates again; and
+/// it becomes due as the allocation's time limit nears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_allocation_is_renewed_only_with_none_of_its_steps_running() {
+    slurm_up();
+    let _one = ONE_RUN.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 8 GPUs in the allocation: due once 2 of 10 step ids are used.
+    let b = backend_with(&cluster(), 10);
+    let t = hadar_tests::conformance::Target {
+        node: "k80a".into(),
+        workdir: dir.path().to_path_buf(),
+        trainer: local_trainer(),
+    };
+    let sleeper =
+        |name: &str| hadar_tests::conformance::spec(&t, name, vec!["sleep".into(), "60".into()], 1);
+    let job_of = |h: &hadar_backend::TaskHandle| h.id.split('.').next().unwrap().to_string();
+    let first = b.launch(&sleeper("a")).await.expect("launch a");
+    assert!(!b.renew_due(), "one step of 10 used");
+    let second = b.launch(&sleeper("b")).await.expect("launch b");
+    assert!(b.renew_due(), "2 used, 8 left for 8 GPUs");
+    let third = b.launch(&sleeper("c")).await.expect("launch c");
+    assert_eq!(
+        job_of(&third),
+        job_of(&first),
+        "no renewal while steps of the allocation run"
+    );
+    let policy = StopPolicy::new(Signal::Term, 2.0).expect("grace");
+    for h in [&first, &second, &third] {
+        b.stop(h, &policy).await.expect("stop");
+    }
+    let fourth = b.launch(&sleeper("d")).await.expect("launch d");
+    assert_ne!(job_of(&fourth), job_of(&first), "a new allocation");
+    assert_eq!(b.allocations_made(), 2);
+    assert!(!b.renew_due(), "the new allocation has its step ids");
+    let old = Command::new("squeue")
+        .args([
+            "-h",
+            "-j",
+            &job_of(&first),
+            "--states=RUNNING",
+            "--format=%i",
+        ])
+        .output()
+        .expect("squeue");
+    assert!(
+        String::from_utf8_lossy(&old.stdout).trim().is_empty(),
+        "the old allocation was released"
+    );
+    b.stop(&fourth, &policy).await.expect("stop");
+    b.close().await.expect("close");
+
+    // A 2-minute time limit, renewed 110 s before it: due after about 10 s.
+    let timed = SlurmBackend::new(
+        SlurmOptions {
+            partition: Some("hadar".into()),
+            allocation_name: "hadar-tests".into(),
+            allocation_wait_s: 60,
+            time_limit: Some("2".into()),
+            renew_before: Duration::from_secs(110),
+            ..SlurmOptions::default()
+        },
+        vec![],
+    );
+    timed.open().await.expect("open");
+    assert!(!timed.renew_due(), "about 120 s left");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(timed.renew_due(), "under 110 s left");
+    timed.close().await.expect("close");
 }
 
 fn node_state(node: &str) -> String {

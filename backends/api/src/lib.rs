@@ -313,6 +313,13 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     async fn close(&self) -> Result<(), BackendError> {
         Ok(())
     }
+    /// Whether the backend must renew what it holds (a Slurm allocation near
+    /// its time limit or its step-count limit) and asks the loop to stop
+    /// every running task at the next round boundary, checkpoints kept, so
+    /// that its next launches can go to the renewed resources. Default: never.
+    fn renew_due(&self) -> bool {
+        false
+    }
     /// Starts a task, its input files in place first; returns once it runs.
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError>;
     /// Its state and last report.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 /// The field separator of every format string Hadar passes to `sinfo` and
 /// `squeue`: ASCII unit separator, which Slurm names never contain.
@@ -230,48 +231,103 @@ pub fn parse_steps(out: &str) -> Vec<Step> {
         .collect()
 }
 
-/// `squeue` finding this user's allocation called `name` (its het components).
+/// `squeue` finding this user's allocation called `name` (its het
+/// components, with their time left).
 pub fn squeue_allocation_argv(name: &str) -> Vec<String> {
     vec![
         "squeue".into(),
         "-h".into(),
         "--me".into(),
         format!("--name={name}"),
-        format!("--format=%i{SEP}%A{SEP}%T{SEP}%N"),
+        format!("--format=%i{SEP}%A{SEP}%T{SEP}%N{SEP}%L"),
     ]
 }
 
-/// One component of an allocation: `(het offset, job id, state, nodes)`.
-pub type Component = (Option<usize>, u64, String, Vec<String>);
+/// One component of an allocation, as `squeue_allocation_argv` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Component {
+    /// The het job offset (`None`: not a heterogeneous job).
+    pub het: Option<usize>,
+    /// Its own job id.
+    pub job: u64,
+    /// `RUNNING`, `PENDING`, ...
+    pub state: String,
+    /// Its nodes (none while pending).
+    pub nodes: Vec<String>,
+    /// Time left before its time limit (`None`: no limit, or not known).
+    pub time_left: Option<Duration>,
+}
 
 /// Parses `squeue_allocation_argv`'s output into components, by leader:
-/// `(leader job id, components)`.
+/// `(leader job id, component)`.
 pub fn parse_allocation(out: &str) -> Result<Vec<(u64, Component)>, String> {
     let mut v = Vec::new();
     for line in out.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split(SEP).collect();
-        let [shown, id, state, nodes] = f[..] else {
+        let [shown, id, state, nodes, left] = f[..] else {
             return Err(format!("unexpected squeue line {line:?}"));
         };
-        let id: u64 = id
-            .trim()
-            .parse()
-            .map_err(|_| format!("bad job id in {line:?}"))?;
+        let bad = || format!("bad job id in {line:?}");
+        let job: u64 = id.trim().parse().map_err(|_| bad())?;
         let (leader, het) = match shown.trim().split_once('+') {
             Some((l, k)) => (
-                l.parse().map_err(|_| format!("bad job id in {line:?}"))?,
-                Some(k.parse().map_err(|_| format!("bad job id in {line:?}"))?),
+                l.parse().map_err(|_| bad())?,
+                Some(k.parse().map_err(|_| bad())?),
             ),
-            None => (id, None),
+            None => (job, None),
         };
         let nodes = if nodes.trim().is_empty() || nodes.starts_with('(') {
             vec![]
         } else {
             expand_hostlist(nodes)?
         };
-        v.push((leader, (het, id, state.trim().to_string(), nodes)));
+        v.push((
+            leader,
+            Component {
+                het,
+                job,
+                state: state.trim().to_string(),
+                nodes,
+                // `INVALID` while pending, `UNLIMITED` without a limit.
+                time_left: parse_duration(left.trim()).ok().flatten(),
+            },
+        ));
     }
     Ok(v)
+}
+
+/// A Slurm duration (`--time`, `squeue %L`): `MINUTES`, `MINUTES:SECONDS`,
+/// `HOURS:MINUTES:SECONDS`, `DAYS-HOURS`, `DAYS-HOURS:MINUTES`,
+/// `DAYS-HOURS:MINUTES:SECONDS`; `UNLIMITED` or `INFINITE` is `None`.
+pub fn parse_duration(s: &str) -> Result<Option<Duration>, String> {
+    if matches!(s, "UNLIMITED" | "INFINITE" | "infinite" | "unlimited") {
+        return Ok(None);
+    }
+    let bad = || format!("{s:?} is not a Slurm time (MINUTES, HH:MM:SS or DAYS-HH:MM:SS)");
+    let num = |p: &str| -> Result<u64, String> {
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.len() > 9 {
+            return Err(bad());
+        }
+        p.parse().map_err(|_| bad())
+    };
+    let (days, rest) = match s.split_once('-') {
+        Some((d, r)) => (Some(num(d)?), r),
+        None => (None, s),
+    };
+    let parts = rest
+        .split(':')
+        .map(num)
+        .collect::<Result<Vec<u64>, String>>()?;
+    let seconds = match (days, &parts[..]) {
+        (Some(d), &[h]) => d * 86_400 + h * 3600,
+        (Some(d), &[h, m]) => d * 86_400 + h * 3600 + m * 60,
+        (Some(d), &[h, m, sec]) => d * 86_400 + h * 3600 + m * 60 + sec,
+        (None, &[m]) => m * 60,
+        (None, &[m, sec]) => m * 60 + sec,
+        (None, &[h, m, sec]) => h * 3600 + m * 60 + sec,
+        _ => return Err(bad()),
+    };
+    Ok(Some(Duration::from_secs(seconds)))
 }
 
 /// One group of nodes with the same GPUs: one component of the allocation.
@@ -479,6 +535,9 @@ pub fn valid_step_id(id: &str) -> bool {
         && job.parse::<u64>().is_ok_and(|j| j > 0)
 }
 
+/// How every step name Hadar gives begins.
+pub const STEP_PREFIX: &str = "hadar-";
+
 /// The step name of the task with `token`: `hadar-` then the token with
 /// every character but `[A-Za-z0-9._-]` replaced (at most 64 of them), then
 /// a hash of the exact token, so that two tokens never share a name.
@@ -494,7 +553,7 @@ pub fn step_name(token: &str) -> String {
         })
         .take(64)
         .collect();
-    format!("hadar-{clean}-{:016x}", fnv1a(token.as_bytes()))
+    format!("{STEP_PREFIX}{clean}-{:016x}", fnv1a(token.as_bytes()))
 }
 
 /// FNV-1a, 64 bits: a hash that is the same in every build.
@@ -574,20 +633,59 @@ mod tests {
 
     #[test]
     fn allocations_are_read_with_their_components() {
-        let out = "3+0\u{1f}3\u{1f}RUNNING\u{1f}v100[a-b]\n";
+        let out = "3+0\u{1f}3\u{1f}RUNNING\u{1f}v100[a-b]\u{1f}UNLIMITED\n";
         assert!(parse_allocation(out).is_err(), "letters are not a range");
-        let out = "3+0\u{1f}3\u{1f}RUNNING\u{1f}v100a,v100b\n3+1\u{1f}4\u{1f}RUNNING\u{1f}k80a\n\
-                   9\u{1f}9\u{1f}PENDING\u{1f}(Resources)\n";
+        assert!(parse_allocation("3\u{1f}3\u{1f}RUNNING\u{1f}k80a\n").is_err());
+        let out = "3+0\u{1f}3\u{1f}RUNNING\u{1f}v100a,v100b\u{1f}1-02:03:04\n\
+                   3+1\u{1f}4\u{1f}RUNNING\u{1f}k80a\u{1f}1-02:03:04\n\
+                   9\u{1f}9\u{1f}PENDING\u{1f}(Resources)\u{1f}INVALID\n";
         let a = parse_allocation(out).unwrap();
         assert_eq!(
             a[1],
-            (3, (Some(1), 4, "RUNNING".into(), vec!["k80a".to_string()]))
+            (
+                3,
+                Component {
+                    het: Some(1),
+                    job: 4,
+                    state: "RUNNING".into(),
+                    nodes: vec!["k80a".to_string()],
+                    time_left: Some(Duration::from_secs(93_784)),
+                }
+            )
         );
-        assert_eq!(a[2], (9, (None, 9, "PENDING".into(), vec![])));
+        assert_eq!(a[2].0, 9);
+        assert_eq!(a[2].1.nodes, Vec::<String>::new());
+        assert_eq!(a[2].1.time_left, None, "INVALID while pending");
         assert_eq!(
             parse_granted("salloc: Pending\nsalloc: Granted job allocation 42\n"),
             Some(42)
         );
+    }
+
+    #[test]
+    fn slurm_durations_are_read_in_every_form() {
+        let d = |s: &str| parse_duration(s).unwrap().map(|d| d.as_secs());
+        assert_eq!(d("90"), Some(5400), "minutes alone");
+        assert_eq!(d("59:58"), Some(3598), "minutes:seconds");
+        assert_eq!(d("2:03:04"), Some(7384));
+        assert_eq!(d("2-00"), Some(172_800), "days-hours");
+        assert_eq!(d("1-02:03"), Some(93_780));
+        assert_eq!(d("1-02:03:04"), Some(93_784));
+        assert_eq!(d("UNLIMITED"), None);
+        assert_eq!(d("INFINITE"), None);
+        for bad in [
+            "",
+            "1h",
+            "1:2:3:4",
+            "-5",
+            "1--2",
+            "a-1",
+            "1-2:3:4:5",
+            "INVALID",
+            "1e9",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! salloc_args = ["--account=lab"]
 //! srun_args = ["--cpus-per-task=8", "--mem-per-cpu=4G"]
 //! aliases = { "nvidia_a100-sxm4-80gb" = "a100" }
+//! renew_before_seconds = 900     # renew the allocation this long before its time limit
+//! max_step_count = 40000         # the site's MaxStepCount: renew before step ids run out
 //! ```
 
 use std::collections::BTreeMap;
@@ -38,6 +40,8 @@ struct Table {
     srun_args: Vec<String>,
     #[serde(default)]
     aliases: BTreeMap<String, String>,
+    renew_before_seconds: Option<f64>,
+    max_step_count: Option<u64>,
 }
 
 fn seconds(v: f64, at: &Location, field: &str, min: f64) -> Result<Duration> {
@@ -75,6 +79,22 @@ pub fn from_toml(file: &toml::Table, source: &str) -> Result<SlurmOptions> {
         }
         allocation_name = n;
     }
+    if let Some(t) = &table.time_limit {
+        crate::cmd::parse_duration(t)
+            .map_err(|m| Error::parse(at.clone().field("backend.slurm.time_limit"), m))?;
+    }
+    let max_steps = match table.max_step_count {
+        Some(n) if n < 2 => {
+            return Err(Error::parse(
+                at.field("backend.slurm.max_step_count"),
+                format!(
+                    "{n}: expected the site's MaxStepCount (`scontrol show config`), at least 2"
+                ),
+            ))
+        }
+        Some(n) => n,
+        None => d.max_steps,
+    };
     let o = SlurmOptions {
         partition: table.partition,
         allocation_name,
@@ -92,6 +112,11 @@ pub fn from_toml(file: &toml::Table, source: &str) -> Result<SlurmOptions> {
         salloc_args: table.salloc_args,
         srun_args: table.srun_args,
         aliases: table.aliases,
+        renew_before: match table.renew_before_seconds {
+            Some(t) => seconds(t, &at, "renew_before_seconds", 0.0)?,
+            None => d.renew_before,
+        },
+        max_steps,
     };
     Ok(o)
 }
@@ -119,11 +144,16 @@ aliases = { "nvidia_a100-sxm4-80gb" = "a100" }
         assert_eq!(o.aliases["nvidia_a100-sxm4-80gb"], "a100");
         let d = from_toml(&toml::Table::new(), "c.toml").unwrap();
         assert_eq!(d.poll, Duration::from_secs(30));
+        assert_eq!(d.max_steps, 40_000);
+        assert_eq!(d.renew_before, Duration::from_secs(900));
         for bad in [
             "[backend.slurm]\npoll_seconds = -1",
             "[backend.slurm]\npoll_seconds = nan",
             "[backend.slurm]\nunknown = 1",
             "[backend.slurm]\nallocation_name = \"a b\"",
+            "[backend.slurm]\ntime_limit = \"2 days\"",
+            "[backend.slurm]\nmax_step_count = 1",
+            "[backend.slurm]\nrenew_before_seconds = -5",
         ] {
             let file: toml::Table = toml::from_str(bad).unwrap();
             let err = from_toml(&file, "c.toml").unwrap_err().to_string();

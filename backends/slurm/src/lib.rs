@@ -24,10 +24,12 @@
 
 mod cmd;
 pub mod config;
+mod lease;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -101,6 +103,12 @@ pub struct SlurmOptions {
     pub srun_args: Vec<String>,
     /// Raw GPU type -> throughput table name.
     pub aliases: BTreeMap<String, String>,
+    /// Renew the allocation (at a round boundary) once less than this is
+    /// left of its time limit: at least a round, its stops and a `salloc`.
+    pub renew_before: Duration,
+    /// The site's `MaxStepCount` (steps per job, Slurm's default 40,000):
+    /// the allocation is renewed before its step ids run out.
+    pub max_steps: u64,
 }
 
 impl Default for SlurmOptions {
@@ -116,6 +124,8 @@ impl Default for SlurmOptions {
             salloc_args: vec![],
             srun_args: vec![],
             aliases: BTreeMap::new(),
+            renew_before: Duration::from_secs(900),
+            max_steps: 40_000,
         }
     }
 }
@@ -186,6 +196,13 @@ pub struct SlurmBackend {
     allocation: tokio::sync::Mutex<Option<Allocation>>,
     view: tokio::sync::Mutex<View>,
     launched: Mutex<HashMap<String, Launched>>,
+    /// Slurm commands run so far (`sinfo`, `squeue`, `salloc`, `srun`,
+    /// `scancel`): what this backend asked of slurmctld.
+    calls: AtomicU64,
+    /// Allocations this backend made (`salloc`), renewals included.
+    allocations: AtomicU64,
+    /// The held allocation's limits (`None`: none held).
+    lease: Mutex<Option<lease::Lease>>,
 }
 
 /// One `open` at a time in this process (two backends of one process share
@@ -260,12 +277,39 @@ impl SlurmBackend {
             allocation: tokio::sync::Mutex::new(None),
             view: tokio::sync::Mutex::new(View::default()),
             launched: Mutex::new(HashMap::new()),
+            calls: AtomicU64::new(0),
+            allocations: AtomicU64::new(0),
+            lease: Mutex::new(None),
         }
+    }
+
+    /// How many allocations this backend made (`salloc`), renewals included.
+    pub fn allocations_made(&self) -> u64 {
+        self.allocations.load(Ordering::Relaxed)
+    }
+
+    /// How many Slurm commands this backend has run (each one at least one
+    /// request to slurmctld): for benchmarks and the docs' per-hour figure.
+    pub fn controller_calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// Runs a controller command, counted.
+    async fn ctl(&self, argv: &[String]) -> Result<String, String> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        run(argv).await
+    }
+
+    /// A controller command to spawn (`salloc`, `srun`), counted.
+    fn spawned(&self, argv: &[String]) -> tokio::process::Command {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        command(argv)
     }
 
     /// The partition's nodes, as `sinfo` says (one call).
     pub async fn discover(&self) -> Result<Vec<cmd::SlurmNode>, BackendError> {
-        let out = run(&cmd::sinfo_argv(self.options.partition.as_deref()))
+        let out = self
+            .ctl(&cmd::sinfo_argv(self.options.partition.as_deref()))
             .await
             .map_err(|m| controller_error("sinfo", m))?;
         cmd::parse_sinfo(&out).map_err(|m| controller_error("sinfo", m))
@@ -362,7 +406,17 @@ impl SlurmBackend {
     async fn allocation(&self) -> Result<Allocation, BackendError> {
         let mut held = self.allocation.lock().await;
         if let Some(a) = &*held {
-            return Ok(a.clone());
+            if !self.renewal_now(a).await? {
+                return Ok(a.clone());
+            }
+            // Its own steps all ended (the loop stopped them): release it,
+            // then allocate the same nodes again below.
+            self.ctl(&cmd::scancel_argv(&a.job.to_string()))
+                .await
+                .map_err(|m| controller_error("scancel", m))?;
+            tracing::info!(job = a.job, "Slurm allocation released for renewal");
+            *held = None;
+            *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
         let _one = OPENING.lock().await;
         let found = self.discover().await?;
@@ -376,19 +430,25 @@ impl SlurmBackend {
                 .unwrap_or_default()
         };
         let name = &self.options.allocation_name;
-        let out = run(&cmd::squeue_allocation_argv(name))
+        let out = self
+            .ctl(&cmd::squeue_allocation_argv(name))
             .await
             .map_err(|m| controller_error("squeue", m))?;
         let comps = cmd::parse_allocation(&out).map_err(|m| controller_error("squeue", m))?;
-        let running: Vec<_> = comps.iter().filter(|(_, c)| c.2 == "RUNNING").collect();
+        let running: Vec<_> = comps.iter().filter(|(_, c)| c.state == "RUNNING").collect();
         let a = if let Some((leader, _)) = running.first() {
             // Found again (Hadar restarted): its nodes.
             let mut nodes = HashMap::new();
-            for (_, (_, _, _, ns)) in comps.iter().filter(|(l, _)| l == leader) {
-                for n in ns {
+            for (_, c) in comps.iter().filter(|(l, _)| l == leader) {
+                for n in &c.nodes {
                     nodes.insert(n.clone(), raw_of(n));
                 }
             }
+            let time_left = comps
+                .iter()
+                .find(|(_, c)| c.job == *leader)
+                .and_then(|(_, c)| c.time_left);
+            self.hold(&found, &nodes, time_left);
             Allocation {
                 job: *leader,
                 nodes,
@@ -397,9 +457,9 @@ impl SlurmBackend {
         } else {
             // A request left pending by a salloc that was killed (a timeout
             // of the caller) would start later and hold nodes for nobody.
-            for (_, (_, id, state, _)) in &comps {
-                if state == "PENDING" {
-                    let _ = run(&cmd::scancel_argv(&id.to_string())).await;
+            for (_, c) in &comps {
+                if c.state == "PENDING" {
+                    let _ = self.ctl(&cmd::scancel_argv(&c.job.to_string())).await;
                 }
             }
             let o = &self.options;
@@ -412,7 +472,8 @@ impl SlurmBackend {
                 &o.salloc_args,
                 &groups,
             );
-            let out = command(&argv)
+            let out = self
+                .spawned(&argv)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .output()
@@ -432,12 +493,15 @@ impl SlurmBackend {
                     })
                 }
             };
+            self.allocations.fetch_add(1, Ordering::Relaxed);
             let mut nodes = HashMap::new();
             for g in &groups {
                 for n in &g.nodes {
                     nodes.insert(n.clone(), g.raw_type.clone());
                 }
             }
+            let time_left = self.time_left(job).await;
+            self.hold(&found, &nodes, time_left);
             Allocation {
                 job,
                 nodes,
@@ -446,6 +510,63 @@ impl SlurmBackend {
         };
         *held = Some(a.clone());
         Ok(a)
+    }
+
+    /// Starts the lease of an allocation over `nodes`.
+    fn hold(
+        &self,
+        found: &[cmd::SlurmNode],
+        nodes: &HashMap<String, String>,
+        time_left: Option<Duration>,
+    ) {
+        let gpus = found
+            .iter()
+            .filter(|n| nodes.contains_key(&n.name))
+            .flat_map(|n| n.gpus.iter().map(|(_, c)| u64::from(*c)))
+            .sum();
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(lease::Lease::new(gpus, time_left, Instant::now()));
+    }
+
+    /// A new allocation's time left, as the controller says (one `squeue`),
+    /// else as `time_limit` says.
+    async fn time_left(&self, job: u64) -> Option<Duration> {
+        let name = &self.options.allocation_name;
+        let said = self
+            .ctl(&cmd::squeue_allocation_argv(name))
+            .await
+            .ok()
+            .and_then(|out| cmd::parse_allocation(&out).ok())
+            .and_then(|comps| comps.into_iter().find(|(_, c)| c.job == job))
+            .and_then(|(_, c)| c.time_left);
+        said.or_else(|| {
+            let limit = self.options.time_limit.as_deref()?;
+            cmd::parse_duration(limit).ok().flatten()
+        })
+    }
+
+    /// Whether `a` is to be renewed now: renewal is due and none of the
+    /// run's steps lives in it (asked of the controller: steps found again
+    /// after a restart are not followed through an srun here).
+    async fn renewal_now(&self, a: &Allocation) -> Result<bool, BackendError> {
+        if !self.renew_due() {
+            return Ok(false);
+        }
+        let live_here = self
+            .launched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values_mut()
+            .any(|l| matches!(l.srun.try_wait(), Ok(None)));
+        if live_here {
+            return Ok(false);
+        }
+        let prefix = format!("{}.", a.job);
+        let v = self.view(Duration::ZERO, Want::Steps).await?;
+        Ok(!v
+            .steps
+            .iter()
+            .any(|s| s.id.starts_with(&prefix) && s.name.starts_with(cmd::STEP_PREFIX)))
     }
 
     /// The controller's view, the part `want` asked again if older than
@@ -467,7 +588,8 @@ impl SlurmBackend {
                     v.nodes_at = Some(Instant::now());
                 }
                 Want::Steps => {
-                    let out = run(&cmd::squeue_steps_argv())
+                    let out = self
+                        .ctl(&cmd::squeue_steps_argv())
                         .await
                         .map_err(|m| controller_error("squeue", m))?;
                     v.steps = cmd::parse_steps(&out);
@@ -565,9 +687,9 @@ impl SlurmBackend {
             return Ok(());
         }
         // An error means it has just ended.
-        let _ = run(&cmd::scancel_signal_argv(id, signal.name())).await;
+        let _ = self.ctl(&cmd::scancel_signal_argv(id, signal.name())).await;
         if signal == Signal::Kill {
-            let _ = run(&cmd::scancel_argv(id)).await;
+            let _ = self.ctl(&cmd::scancel_argv(id)).await;
         }
         Ok(())
     }
@@ -600,14 +722,23 @@ impl Backend for SlurmBackend {
         }
     }
 
+    fn renew_due(&self) -> bool {
+        let o = &self.options;
+        self.lease
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|l| l.due(Instant::now(), o.renew_before, o.max_steps))
+    }
+
     async fn open(&self) -> Result<(), BackendError> {
         self.allocation().await.map(|_| ())
     }
 
     async fn close(&self) -> Result<(), BackendError> {
         let held = self.allocation.lock().await.take();
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if let Some(a) = held {
-            run(&cmd::scancel_argv(&a.job.to_string()))
+            self.ctl(&cmd::scancel_argv(&a.job.to_string()))
                 .await
                 .map_err(|m| controller_error("scancel", m))?;
         }
@@ -664,7 +795,7 @@ impl Backend for SlurmBackend {
             extra: &self.options.srun_args,
             argv: &spec.argv,
         });
-        let mut c = command(&argv);
+        let mut c = self.spawned(&argv);
         for (k, v) in spec.environment() {
             // Slurm sets the step's own GPUs.
             if k == "CUDA_VISIBLE_DEVICES" && n > 0 {
@@ -773,6 +904,16 @@ impl Backend for SlurmBackend {
                 node: node.into(),
                 message: "srun did not say the step's id".into(),
             })?;
+        if let Some(step) = lease::step_number(&id, a.job) {
+            if let Some(l) = self
+                .lease
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            {
+                l.saw_step(step);
+            }
+        }
         self.launched
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -4,8 +4,11 @@
 //! - `<policy>.gpu_timeline.svg`: one row per GPU, grouped by GPU type (a
 //!   tinted band and a label per type), with a bar per job run on the GPU,
 //!   colored by job id; x is hours from the trace start.
-//! - `<policy>.utilization.svg`: the fraction of each GPU type's GPUs busy
-//!   over time, per round, plus all GPUs together; x is hours.
+//!   Job ids label the bars of small runs; a note under the chart says what
+//!   the colors and the tinted background mean.
+//! - `<policy>.utilization.svg`: busy GPUs over time, per round, stacked by
+//!   type up to the cluster's size (no line hides another), the legend in
+//!   a panel beside the chart; x is hours.
 //!
 //! For all policies together, `jct_cdf.svg`: the empirical CDF of the
 //! measured, completed jobs' JCT in hours, one line per policy.
@@ -45,6 +48,10 @@ const WIDTH: u32 = 1200;
 const PLOT_PX: usize = 1050;
 /// Seconds per hour.
 const HOUR: f64 = 3600.0;
+/// Height of the line under a timeline that says how to read it (px).
+const NOTE_PX: u32 = 26;
+/// Runs with at most this many jobs get job ids on their timeline bars.
+const MAX_LABELLED_JOBS: usize = 40;
 
 /// Colors for jobs, GPU types and policies (Tableau 10 and a few more).
 const PALETTE: [RGBColor; 14] = [
@@ -236,11 +243,40 @@ impl Timeline {
     /// Height of the whole image (px).
     fn height_px(&self) -> u32 {
         let rows = u32::try_from(self.rows.len()).unwrap_or(u32::MAX);
-        (rows.saturating_mul(self.row_px())).max(120) + 130
+        (rows.saturating_mul(self.row_px())).max(120) + 130 + NOTE_PX
     }
 
-    /// Draws the timeline of `r` on `root`.
+    /// Draws the timeline of `r` on `root`, with a line under it that says
+    /// how to read it.
     fn draw(&self, root: &Root<'_>, r: &RunResult) -> Result<(), DrawError> {
+        let (_, height) = root.dim_in_pixel();
+        let (chart_area, note) = root.split_vertically(height.saturating_sub(NOTE_PX));
+        let jobs = self.jobs_shown();
+        let labelled = jobs <= MAX_LABELLED_JOBS;
+        let text = format!(
+            "Bars: the job a GPU runs, one color per job ({}); colors repeat every {} jobs. \
+             Tinted background: the GPU is idle (tint = its type).",
+            if labelled {
+                "labelled with its id where the bar is wide enough"
+            } else {
+                "too many jobs to label"
+            },
+            PALETTE.len()
+        );
+        note.draw(&Text::new(text, (14, 4), ("sans-serif", 13).into_font()))?;
+        self.draw_chart(&chart_area, r, labelled)
+    }
+
+    /// Distinct jobs among the bars.
+    fn jobs_shown(&self) -> usize {
+        let mut jobs: Vec<u32> = self.bars.iter().map(|b| b.job).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        jobs.len()
+    }
+
+    /// The chart itself; job ids on the bars wide enough when `labelled`.
+    fn draw_chart(&self, root: &Root<'_>, r: &RunResult, labelled: bool) -> Result<(), DrawError> {
         let n = self.rows.len() as f64;
         let shown = if self.rows.len() < self.total_gpus {
             format!("{} of {} GPUs shown", self.rows.len(), self.total_gpus)
@@ -297,7 +333,34 @@ impl Timeline {
                 palette(b.job as usize).filled(),
             )
         }))?;
+        if labelled && self.row_px() >= 12 {
+            for b in &self.bars {
+                let mid = top(b.row) - 0.5;
+                let (x0, y) = chart.backend_coord(&(b.start_s / HOUR, mid));
+                let (x1, _) = chart.backend_coord(&(b.end_s / HOUR, mid));
+                let label = b.job.to_string();
+                // About 8 px per character at 12 px.
+                if x1 - x0 < 8 * i32::try_from(label.len()).unwrap_or(9) + 6 {
+                    continue;
+                }
+                let style = ("sans-serif", 12)
+                    .into_font()
+                    .color(&ink_on(palette(b.job as usize)))
+                    .pos(Pos::new(HPos::Center, VPos::Center));
+                root.draw(&Text::new(label, ((x0 + x1) / 2, y), style))?;
+            }
+        }
         Ok(())
+    }
+}
+
+/// Black or white, whichever reads better on `c`.
+fn ink_on(c: RGBColor) -> RGBColor {
+    let luma = 0.299 * f64::from(c.0) + 0.587 * f64::from(c.1) + 0.114 * f64::from(c.2);
+    if luma > 150.0 {
+        BLACK
+    } else {
+        WHITE
     }
 }
 
@@ -402,72 +465,90 @@ fn rasterize(
 
 // ------------------------------------------------------------- utilization
 
-/// Draws the busy fraction of each GPU type's GPUs, and of all GPUs, over
-/// `r`'s rounds.
+/// Width of the legend panel right of the utilization chart (px).
+const LEGEND_PX: u32 = 150;
+
+/// Draws the busy GPUs of `r`'s rounds, stacked by type (so no line hides
+/// another), up to the cluster's size; the legend sits beside the chart.
 fn draw_utilization(root: &Root<'_>, r: &RunResult) -> Result<(), DrawError> {
     let end_h = end_hours(r);
-    let mut chart = ChartBuilder::on(root)
+    let total: u32 = r.gpus_per_type.iter().sum();
+    let (width, _) = root.dim_in_pixel();
+    let (plot, legend) = root.split_horizontally(width.saturating_sub(LEGEND_PX));
+    let mut chart = ChartBuilder::on(&plot)
         .caption(
-            format!("{}: GPUs busy, by type", r.summary.policy),
+            format!(
+                "{}: busy GPUs, stacked by type ({total} GPUs)",
+                r.summary.policy
+            ),
             ("sans-serif", 22),
         )
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..end_h, 0.0..1.32)?;
-    let percent = |v: &f64| {
-        if *v <= 1.0 + 1e-9 {
-            format!("{:.0}%", v * 100.0)
-        } else {
-            String::new()
-        }
-    };
+        .build_cartesian_2d(0.0..end_h, 0.0..f64::from(total.max(1)))?;
+    let count = |v: &f64| format!("{v:.0}");
     chart
         .configure_mesh()
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 15))
         .x_labels(12)
-        .y_labels(14)
-        .y_label_formatter(&percent)
+        .y_labels(usize::try_from(total.clamp(2, 12)).unwrap_or(12) + 1)
+        .y_label_formatter(&count)
         .x_desc("time (hours)")
         .y_desc("GPUs busy")
         .draw()?;
 
-    let total: u32 = r.gpus_per_type.iter().sum();
+    // Type t's band lies between the busy GPUs of the types before it and
+    // those of the types up to it.
+    let below = |x: &RoundRecord, t: usize| (0..t).map(|u| busy(x, u)).sum::<f64>();
+    let mut keys = Vec::new();
     for (t, &gpus) in r.gpus_per_type.iter().enumerate() {
         if gpus == 0 {
             continue;
         }
-        let value = |x: &RoundRecord| busy(x, t) / f64::from(gpus);
+        let end_s = end_h * HOUR;
+        let upper = series_points(&r.rounds, end_s, |x| below(x, t) + busy(x, t));
+        let lower = series_points(&r.rounds, end_s, |x| below(x, t));
         let color = palette(t);
-        chart
-            .draw_series(LineSeries::new(
-                series_points(&r.rounds, end_h * HOUR, value),
-                color.stroke_width(2),
-            ))?
-            .label(format!("{} ({gpus})", type_name(r, t)))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
+        let outline: Vec<(f64, f64)> = upper.iter().chain(lower.iter().rev()).copied().collect();
+        chart.draw_series(std::iter::once(Polygon::new(
+            outline,
+            tint(color, 0.35).filled(),
+        )))?;
+        chart.draw_series(LineSeries::new(upper, color.stroke_width(1)))?;
+        keys.push((format!("{} ({gpus})", type_name(r, t)), color));
     }
-    if total > 0 && r.gpus_per_type.len() > 1 {
-        let value = |x: &RoundRecord| {
-            let all: f64 = (0..r.gpus_per_type.len()).map(|t| busy(x, t)).sum();
-            all / f64::from(total)
-        };
-        chart
-            .draw_series(LineSeries::new(
-                series_points(&r.rounds, end_h * HOUR, value),
-                BLACK.stroke_width(1),
-            ))?
-            .label(format!("all ({total})"))
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    draw_legend(&legend, &keys, "GPU type (GPUs)")?;
+    Ok(())
+}
+
+/// A legend of colored boxes in its own panel, under a heading.
+fn draw_legend(
+    area: &Root<'_>,
+    keys: &[(String, RGBColor)],
+    heading: &str,
+) -> Result<(), DrawError> {
+    let font = ("sans-serif", 14).into_font();
+    area.draw(&Text::new(heading.to_string(), (4, 60), font.clone()))?;
+    for (i, (label, color)) in keys.iter().enumerate() {
+        let y = 86 + 24 * i32::try_from(i).unwrap_or(0);
+        area.draw(&Rectangle::new(
+            [(6, y - 7), (24, y + 7)],
+            tint(*color, 0.35).filled(),
+        ))?;
+        area.draw(&Rectangle::new(
+            [(6, y - 7), (24, y + 7)],
+            color.stroke_width(1),
+        ))?;
+        area.draw(&Text::new(
+            label.clone(),
+            (30, y),
+            font.clone()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("sans-serif", 14))
-        .draw()?;
     Ok(())
 }
 
@@ -776,10 +857,13 @@ mod tests {
         assert!(timeline.contains("time (hours)"));
         assert!(timeline.contains("<rect"));
 
+        assert!(timeline.contains("Tinted background: the GPU is idle"));
+
         let util = read(&out.join("max_min_fairness.utilization.svg"));
-        assert!(util.contains("max_min_fairness: GPUs busy"));
-        assert!(util.contains("v100 (1)") && util.contains("all (3)"));
-        assert!(util.contains("<polyline"));
+        assert!(util.contains("max_min_fairness: busy GPUs, stacked by type (3 GPUs)"));
+        assert!(util.contains("v100 (1)") && util.contains("k80 (2)"));
+        assert!(util.contains("<polygon") && util.contains("<polyline"));
+        assert!(!util.contains("%<"), "counts, not percentages above 100%");
 
         let cdf = read(&out.join("jct_cdf.svg"));
         assert!(cdf.contains("JCT CDF"));

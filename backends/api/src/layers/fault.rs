@@ -171,6 +171,9 @@ impl Backend for Fault {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+    fn renew_due(&self) -> bool {
+        self.inner.renew_due()
+    }
     async fn open(&self) -> Result<(), BackendError> {
         self.inner.open().await
     }

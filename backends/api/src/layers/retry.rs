@@ -56,6 +56,9 @@ impl Backend for Retry {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+    fn renew_due(&self) -> bool {
+        self.inner.renew_due()
+    }
     async fn open(&self) -> Result<(), BackendError> {
         self.call(|| self.inner.open()).await
     }

@@ -21,6 +21,8 @@ pub(crate) struct Memory {
     pub(crate) flaky_launches: AtomicU32,
     /// How long a status call takes.
     pub(crate) status_delay: Mutex<Duration>,
+    /// What `renew_due` says.
+    pub(crate) renew: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait::async_trait]
@@ -30,6 +32,9 @@ impl Backend for Memory {
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
+    }
+    fn renew_due(&self) -> bool {
+        self.renew.load(Ordering::SeqCst)
     }
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
         if self
@@ -161,4 +166,21 @@ async fn fault_schedules_repeat_for_a_seed_and_lose_the_node() {
     assert_eq!(lost.as_deref(), Some("b"));
     // After call 10 no launch on b succeeds.
     assert!(a.iter().skip(11).step_by(2).all(|ok| !ok), "{a:?}");
+}
+
+#[test]
+fn every_layer_passes_a_renewal_request_on() {
+    let inner = Arc::new(Memory::default());
+    let wrapped: Vec<Arc<dyn Backend>> = vec![
+        Arc::new(Retry::new(inner.clone(), 3, Duration::from_millis(1))),
+        Arc::new(Timeout::new(inner.clone(), Duration::from_secs(1))),
+        Arc::new(Fault::new(inner.clone(), FaultPlan::none(1))),
+    ];
+    for b in &wrapped {
+        assert!(!b.renew_due());
+    }
+    inner.renew.store(true, Ordering::SeqCst);
+    for b in &wrapped {
+        assert!(b.renew_due(), "{b:?} hides the inner backend's renewal");
+    }
 }

@@ -49,6 +49,9 @@ impl Backend for Timeout {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+    fn renew_due(&self) -> bool {
+        self.inner.renew_due()
+    }
     async fn open(&self) -> Result<(), BackendError> {
         self.call("(all)", "open", self.limit, self.inner.open())
             .await

@@ -1,0 +1,174 @@
+//! The round-switch benchmark every real backend runs: 32 running trainers
+//! stopped (their checkpoints written and fetched) and 32 new ones launched,
+//! through the functions the runtime's round switch calls
+//! (`hadar_runtime::parallel`). Each backend's bench (tests/benches/
+//! round_switch*.rs) says how to reach its test hosts and calls [`run`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hadar_backend::{Backend, NodeGpus, StopPolicy, TaskSpec, TaskState};
+use hadar_runtime::parallel::{fetch_checkpoints, launch_all, stop_all};
+
+/// Tasks stopped and launched per switch.
+pub const TASKS: usize = 32;
+/// Switches measured.
+pub const REPEATS: usize = 5;
+/// How long trainers run before a switch, so that every one has reported.
+const WARM: Duration = Duration::from_millis(1500);
+
+/// What the bench needs to know of a backend's test hosts.
+pub struct Setup<'a> {
+    /// The backend, opened by [`run`] and closed at the end.
+    pub backend: Arc<dyn Backend>,
+    /// Node names, tasks dealt round-robin (task i on `nodes[i % n]`, GPU `i / n`).
+    pub nodes: &'a [&'a str],
+    /// The trainer's path as the nodes see it.
+    pub trainer: String,
+    /// Where task directories go (shared with the nodes where the backend needs it).
+    pub root: &'a Path,
+    /// Says what a switch costs in backend calls beyond one launch, stop and
+    /// fetch per task (the Slurm bench counts its controller commands).
+    pub calls: Box<dyn Fn() -> Option<u64> + 'a>,
+}
+
+impl std::fmt::Debug for Setup<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("backend", &self.backend)
+            .field("nodes", &self.nodes)
+            .field("trainer", &self.trainer)
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The example trainer of this build (the bench's profile, else debug).
+pub fn trainer() -> PathBuf {
+    let exe = std::env::current_exe().expect("exe");
+    let profile = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let candidates = [
+        profile.join("hadar-trainer"),
+        profile.with_file_name("debug").join("hadar-trainer"),
+    ];
+    candidates
+        .iter()
+        .find(|t| t.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "build the trainer first (cargo build -p hadar-example-trainer): none of {candidates:?}"
+            )
+        })
+}
+
+/// Round `round`'s 32 tasks.
+pub fn specs(setup: &Setup<'_>, round: u64) -> Vec<TaskSpec> {
+    let n = setup.nodes.len();
+    (0..TASKS)
+        .map(|i| TaskSpec {
+            run: "bench".into(),
+            job: i as u32,
+            job_name: format!("j{i}"),
+            copy: 0,
+            round,
+            placement: vec![NodeGpus {
+                node: setup.nodes[i % n].into(),
+                gpus: vec![(i / n) as u32],
+                gpu_types: vec!["v100".into()],
+            }],
+            argv: vec![setup.trainer.clone()],
+            // Throttled (20 iterations/s each) so that 32 trainers on a 2-core
+            // machine leave it idle: the switch is measured, not their compute.
+            env: vec![("HADAR_TRAINER_ITER_US".into(), "50000".into())],
+            workdir: setup.root.join(format!("r{round}-t{i}")),
+            inputs: vec![],
+            total_iterations: u64::MAX / 2,
+            deadline_unix_s: 4.0e9,
+            seed: i as u64,
+            token: format!("bench-{round}-{i}-{}", std::process::id()),
+            options: Default::default(),
+        })
+        .collect()
+}
+
+/// One switch's times, in seconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Switch {
+    pub stop: f64,
+    pub fetch: f64,
+    pub launch: f64,
+    /// Backend calls of the switch where the setup counts them.
+    pub calls: Option<u64>,
+}
+
+impl Switch {
+    pub fn total(&self) -> f64 {
+        self.stop + self.fetch + self.launch
+    }
+}
+
+/// Launches round 0, measures [`REPEATS`] switches, stops the last round,
+/// closes the backend, prints each switch and the median; returns them.
+pub fn run(setup: &Setup<'_>, label: &str) -> Vec<Switch> {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let fetched = tempfile::tempdir().expect("tempdir");
+    let b = &setup.backend;
+    let policy = StopPolicy::default();
+    let switches = rt.block_on(async {
+        b.open().await.expect("open the backend");
+        let mut running: Vec<_> = launch_all(b, specs(setup, 0))
+            .await
+            .into_iter()
+            .map(|h| h.expect("launch"))
+            .collect();
+        let mut switches = Vec::new();
+        for round in 1..=REPEATS as u64 {
+            tokio::time::sleep(WARM).await;
+            let before = (setup.calls)();
+            let start = Instant::now();
+            let stopped = stop_all(b, running.clone(), policy).await;
+            let stop = start.elapsed().as_secs_f64();
+            let ckpts = fetch_checkpoints(b, running.clone(), fetched.path()).await;
+            let fetch = start.elapsed().as_secs_f64() - stop;
+            let launched = launch_all(b, specs(setup, round)).await;
+            let launch = start.elapsed().as_secs_f64() - stop - fetch;
+            let calls = (setup.calls)().zip(before).map(|(a, b)| a - b);
+            for s in &stopped {
+                let s = s.as_ref().expect("stop");
+                assert!(matches!(s.state, TaskState::Exited { .. }), "{s:?}");
+            }
+            let got = ckpts.iter().filter(|c| matches!(c, Ok(Some(_)))).count();
+            assert_eq!(got, TASKS, "every stopped trainer left a checkpoint");
+            running = launched.into_iter().map(|h| h.expect("launch")).collect();
+            let s = Switch {
+                stop,
+                fetch,
+                launch,
+                calls,
+            };
+            println!(
+                "switch {round}: stop {TASKS} {stop:.2} s, fetch {TASKS} checkpoints {fetch:.2} s, \
+                 launch {TASKS} {launch:.2} s, total {:.2} s{}",
+                s.total(),
+                calls.map(|c| format!(", {c} controller commands")).unwrap_or_default()
+            );
+            switches.push(s);
+        }
+        stop_all(b, running, policy).await;
+        b.close().await.expect("close");
+        switches
+    });
+    let mut totals: Vec<f64> = switches.iter().map(Switch::total).collect();
+    totals.sort_by(f64::total_cmp);
+    println!(
+        "median round switch of {TASKS} tasks over {label}: {:.2} s (min {:.2}, max {:.2}); \
+         {} backend calls per switch ({TASKS} stops, {TASKS} fetches, {TASKS} launches)",
+        totals[totals.len() / 2],
+        totals[0],
+        totals[totals.len() - 1],
+        3 * TASKS
+    );
+    switches
+}
