@@ -100,6 +100,8 @@ static_run() {
       --fork-efficiency "$eff" --policy hadare,hadare:makespan,hadar,hadar:makespan,min_total_duration_perf,max_min_fairness_perf)
     echo '```'
   done
+  # Real runs, measured by scripts/inference-quality.sh (minutes of wall clock).
+  if [ -f docs/inference-quality.md ]; then echo; cat docs/inference-quality.md; fi
 } > "$out.tmp"
 mv "$out.tmp" "$out"
 echo "wrote $out"
