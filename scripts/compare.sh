@@ -111,6 +111,8 @@ static_run() {
   done
   echo
   scripts/fork_models.sh
+  # Real runs, measured by scripts/inference-quality.sh (minutes of wall clock).
+  if [ -f docs/inference-quality.md ]; then echo; cat docs/inference-quality.md; fi
 } > "$out.tmp"
 mv "$out.tmp" "$out"
 echo "wrote $out"

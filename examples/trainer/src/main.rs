@@ -11,9 +11,11 @@
 //!
 //! Knobs for experiments and tests (not part of the protocol):
 //! `HADAR_TRAINER_ITER_US` (microseconds to sleep per iteration, to make a run
-//! last), `HADAR_TRAINER_LR` (learning rate, default 0.002).
-
-mod model;
+//! last), `HADAR_TRAINER_LR` (learning rate, default 0.002 for softmax, 0.05
+//! for the MLP), `HADAR_TRAINER_MODEL` (`softmax`, the default, or `mlp`),
+//! `HADAR_TRAINER_BATCH` (minibatch size, default 32) and `HADAR_TRAINER_SEED`
+//! (mixed into the MLP's initial weights and every data order, default 0: an
+//! experiment's repeat).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,11 +23,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use model::{Dataset, Model};
+use hadar_example_trainer::job::{Job, Kind};
+use hadar_example_trainer::model;
 
 /// Iterations between two progress lines.
 const REPORT_EVERY: u64 = 200;
-/// Minibatch size.
+/// Default minibatch size.
 const BATCH: usize = 32;
 
 fn main() -> ExitCode {
@@ -46,6 +49,9 @@ struct Env {
     seed: u64,
     iter_sleep: Duration,
     lr: f32,
+    kind: Kind,
+    batch: usize,
+    salt: u64,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -62,6 +68,11 @@ fn parse<T: std::str::FromStr>(name: &str, default: Option<T>) -> Result<T, Stri
 }
 
 fn read_env() -> Result<Env, String> {
+    let kind = Kind::parse(&var("HADAR_TRAINER_MODEL").unwrap_or_else(|| "softmax".into()))?;
+    let batch = parse("HADAR_TRAINER_BATCH", Some(BATCH))?;
+    if batch == 0 {
+        return Err("HADAR_TRAINER_BATCH=0: a minibatch needs at least one example".into());
+    }
     Ok(Env {
         total: parse("HADAR_TOTAL_ITERATIONS", None)?,
         deadline: var("HADAR_ROUND_DEADLINE")
@@ -73,7 +84,10 @@ fn read_env() -> Result<Env, String> {
         dir: PathBuf::from(parse::<String>("HADAR_CHECKPOINT_DIR", None)?),
         seed: parse("HADAR_SEED", Some(0))?,
         iter_sleep: Duration::from_micros(parse("HADAR_TRAINER_ITER_US", Some(0))?),
-        lr: parse("HADAR_TRAINER_LR", Some(0.002))?,
+        lr: parse("HADAR_TRAINER_LR", Some(kind.default_lr()))?,
+        kind,
+        batch,
+        salt: parse("HADAR_TRAINER_SEED", Some(0))?,
     })
 }
 
@@ -91,20 +105,15 @@ fn run() -> Result<(), String> {
             .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
     }
     std::fs::create_dir_all(&env.dir).map_err(|e| format!("{}: {e}", env.dir.display()))?;
-    let data = Dataset::generate();
     let resume = env.dir.join("resume.safetensors");
-    let mut model = if resume.exists() {
-        Model::load(&resume)?
-    } else {
-        Model::new(&data)
-    };
-    let mut rng = model::rng(env.seed ^ model.step);
+    let mut model = Job::open(env.kind, &resume, env.salt)?;
+    let mut rng = model::rng(env.seed ^ model.step() ^ env.salt);
     let started = Instant::now();
     let mut iterations = 0u64;
     let checkpoint = env.dir.join("checkpoint.safetensors");
     let mut deadline = env.deadline;
     let done = loop {
-        if model.step >= env.total {
+        if model.step() >= env.total {
             break true;
         }
         if stop.load(Ordering::Relaxed) {
@@ -114,13 +123,13 @@ fn run() -> Result<(), String> {
             // The round ends: checkpoint now, so that a stop is quick; a task
             // that keeps its GPUs just goes on.
             model.save(&checkpoint)?;
-            report("HADAR_PROGRESS", iterations, &model, &data);
+            report("HADAR_PROGRESS", iterations, &model);
             deadline = None;
         }
-        model.sgd_step(&data, BATCH, env.lr, &mut rng);
+        model.sgd_step(env.batch, env.lr, &mut rng);
         iterations += 1;
         if iterations.is_multiple_of(REPORT_EVERY) {
-            report("HADAR_PROGRESS", iterations, &model, &data);
+            report("HADAR_PROGRESS", iterations, &model);
         }
         if !env.iter_sleep.is_zero() {
             std::thread::sleep(env.iter_sleep);
@@ -131,23 +140,22 @@ fn run() -> Result<(), String> {
         if done { "HADAR_DONE" } else { "HADAR_PROGRESS" },
         iterations,
         &model,
-        &data,
     );
     eprintln!(
         "hadar-trainer: {iterations} iterations in {:.2} s, step {}",
         started.elapsed().as_secs_f64(),
-        model.step
+        model.step()
     );
     Ok(())
 }
 
-fn report(marker: &str, iterations: u64, model: &Model, data: &Dataset) {
-    let (accuracy, loss) = model.evaluate(data);
+fn report(marker: &str, iterations: u64, model: &Job) {
+    let (accuracy, loss) = model.evaluate();
     println!(
         "{marker} {}",
         serde_json::json!({
             "iterations": iterations,
-            "step": model.step,
+            "step": model.step(),
             "accuracy": accuracy,
             "loss": loss,
         })

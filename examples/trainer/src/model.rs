@@ -23,6 +23,7 @@ pub fn rng(seed: u64) -> ChaCha8Rng {
 }
 
 /// Features and labels, training and test.
+#[derive(Debug)]
 pub struct Dataset {
     x: Vec<f32>,
     y: Vec<usize>,
@@ -61,6 +62,7 @@ impl Dataset {
 }
 
 /// The model and its step counter.
+#[derive(Debug)]
 pub struct Model {
     w: Vec<f32>,
     b: Vec<f32>,
