@@ -326,7 +326,10 @@ mod tests {
         let mut j = job(0, 1440, 0.0);
         j.batch.size = Some(8.0);
         let w = Workload::new(vec![j], cluster, Arc::new(t), "t").unwrap();
-        let model = ForkModel::default();
+        let model = ForkModel::NoiseScale {
+            rho: 0.9,
+            warmup: 0.0,
+        };
         let lb = forked_makespan_lower_bound(&w, model).unwrap();
         assert!((lb - 1000.0).abs() < 1e-6, "{lb}");
         assert!((forked_jct_lower_bound(&w, model, [0]).unwrap() - 1000.0).abs() < 1e-9);

@@ -3,6 +3,12 @@
 use super::noise_scale::{batch_and_noise, batch_in_name, defaults_of};
 use super::*;
 
+/// The model these hand computations use (rho 0.9, not the default).
+const RHO_09: ForkModel = ForkModel::NoiseScale {
+    rho: 0.9,
+    warmup: 0.0,
+};
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
 }
@@ -36,7 +42,7 @@ fn progress_and_marginals_are_hand_computed() {
     assert!(close(c.per_copy(2), 0.6));
     // Noise scale a tenth of the batch: two copies lose to drift more than
     // they gain (0.9 * 2 * 1.1 / 2.1 = 0.943 < 1): forking does not pay.
-    let small = ForkModel::default().curve(10.0, 1.0);
+    let small = RHO_09.curve(10.0, 1.0);
     assert!(close(small.progress(2), 0.9 * 2.0 * 1.1 / 2.1));
     assert!(small.marginal(1) < 0.0);
     assert_eq!(small.best(8), 1.0);
@@ -48,7 +54,7 @@ fn progress_and_marginals_are_hand_computed() {
 
 #[test]
 fn envelope_is_the_concave_hull_of_the_running_maximum() {
-    let c = ForkModel::default().curve(32.0, 32.0);
+    let c = RHO_09.curve(32.0, 32.0);
     let lines = c.envelope(3);
     let want = [(0.0, 1.0), (0.8, 0.2), (0.9, 0.15), (1.35, 0.0)];
     assert_eq!(lines.len(), want.len(), "{lines:?}");
@@ -56,7 +62,7 @@ fn envelope_is_the_concave_hull_of_the_running_maximum() {
         assert!(close(*a, wa) && close(*s, ws), "{lines:?}");
     }
     // Forking never pays: h(x) = min(x, 1).
-    let small = ForkModel::default().curve(10.0, 1.0);
+    let small = RHO_09.curve(10.0, 1.0);
     assert_eq!(small.envelope(3), vec![(0.0, 1.0), (1.0, 0.0)]);
     // Constant 1.0: h(x) = min(x, max).
     assert_eq!(
