@@ -134,4 +134,4 @@ echo "copy (the larger batch kB is worth less per example once it nears the nois
 echo "The forked-job bound stays where it was on this trace (capacity binds, not the per-job"
 echo "cap), so the loss is HadarE's: its copies buy less than the paper's assumption grants."
 echo "The noise scales behind S are estimates for most models (docs/algorithm.md, \"Fork"
-echo "model\"), and rho is provisional until the trainer calibration measures it."
+echo "model\"), and rho = 0.8 is the calibrated default (docs/algorithm.md, \"Fork efficiency: calibration\")."
