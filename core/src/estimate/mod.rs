@@ -16,9 +16,11 @@
 //!
 //! Space sharing: a kind's rate beside another is its rate alone times a
 //! factor, measured per pair, else the median of the measured pairs'
-//! factors, else [`SHARE_PRIOR`].
+//! factors, else (nothing measured yet) [`SHARE_PRIOR`].
 
 pub mod ratio;
+
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -202,6 +204,14 @@ impl RateModel {
         median(&mut e.samples.clone()).map(f64::exp)
     }
 
+    /// Whether `kind` was measured beside a job of `other` on `gpu_type`.
+    pub fn pair_measured(&self, kind: &Kind, other: &str, gpu_type: &str) -> bool {
+        let key = (kind, other, gpu_type);
+        self.pairs
+            .binary_search_by(|p| (&p.kind, p.other.as_str(), p.gpu_type.as_str()).cmp(&key))
+            .is_ok()
+    }
+
     /// Measurements ever made of `kind` on `gpu_type`.
     pub fn count(&self, kind: &Kind, gpu_type: &str) -> u64 {
         self.find(kind, gpu_type).map_or(0, |e| e.count)
@@ -279,40 +289,99 @@ impl RateModel {
         }
     }
 
-    /// The factor of `kind`'s rate alone (`alone`) that it keeps beside a
-    /// job of `other` on `gpu_type`, and whether it was measured.
-    pub fn share_factor(
+    /// What is known of space sharing, summed up for look-ups.
+    pub fn sharing(&self) -> Sharing {
+        let mut shared = HashMap::new();
+        let mut logs: Vec<(&PairEvidence, f64)> = Vec::new();
+        for p in &self.pairs {
+            let Some(m) = median(&mut p.samples.clone()) else {
+                continue;
+            };
+            shared.insert((p.kind.clone(), p.other.clone(), p.gpu_type.clone()), m);
+            let alone = self
+                .find(&p.kind, &p.gpu_type)
+                .and_then(|e| median(&mut e.samples.clone()))
+                .filter(|a| a.is_finite());
+            if let Some(a) = alone {
+                logs.push((p, (m - a).min(0.0)));
+            }
+        }
+        let mut rows: HashMap<(Kind, String), Vec<f64>> = HashMap::new();
+        let mut cols: HashMap<(Kind, String), Vec<f64>> = HashMap::new();
+        let mut all = Vec::with_capacity(logs.len());
+        for (p, f) in logs {
+            rows.entry((p.kind.clone(), p.gpu_type.clone()))
+                .or_default()
+                .push(f);
+            let other = Kind::new(&p.other, p.kind.scale_factor);
+            cols.entry((other, p.gpu_type.clone())).or_default().push(f);
+            all.push(f);
+        }
+        let medians = |m: HashMap<(Kind, String), Vec<f64>>| {
+            m.into_iter()
+                .filter_map(|(k, mut v)| Some((k, median(&mut v)?)))
+                .collect()
+        };
+        Sharing {
+            shared,
+            rows: medians(rows),
+            cols: medians(cols),
+            all: median(&mut all),
+        }
+    }
+}
+
+/// Space sharing, summed up: a kind's rate beside another is its rate
+/// alone times a factor. Measured per pair; else, in log space, how much
+/// the kind keeps beside anyone (its row) plus how much others keep beside
+/// the other (its column) less the median over all pairs: an additive
+/// model of each kind's sensitivity and each kind's pressure.
+#[derive(Debug, Clone, Default)]
+pub struct Sharing {
+    /// Median log rate measured per (kind, other model, type).
+    shared: HashMap<(Kind, String, String), f64>,
+    /// Median log factor of a kind beside anyone, per (kind, type).
+    rows: HashMap<(Kind, String), f64>,
+    /// Median log factor of anyone beside a kind, per (kind, type).
+    cols: HashMap<(Kind, String), f64>,
+    /// Median log factor over every measured pair.
+    all: Option<f64>,
+}
+
+impl Sharing {
+    /// Whether any pair was measured (against a measured rate alone).
+    pub fn any(&self) -> bool {
+        self.all.is_some()
+    }
+
+    /// The factor of `kind`'s rate alone (`alone`, as believed) that it
+    /// keeps beside a job of `other` on `gpu_type`, and whether the pair
+    /// was measured; `prior` when nothing is known.
+    pub fn factor(
         &self,
         kind: &Kind,
         other: &str,
         gpu_type: &str,
         alone: f64,
+        prior: f64,
     ) -> (f64, bool) {
-        let key = (kind, other, gpu_type);
-        let measured = self
-            .pairs
-            .binary_search_by(|p| (&p.kind, p.other.as_str(), p.gpu_type.as_str()).cmp(&key))
-            .ok()
-            .and_then(|i| median(&mut self.pairs[i].samples.clone()));
-        match measured {
-            Some(m) if alone > 0.0 => ((m - alone.ln()).exp().min(1.0), true),
-            _ => (self.share_prior(), false),
+        let key = (kind.clone(), other.to_string(), gpu_type.to_string());
+        if let Some(m) = self.shared.get(&key) {
+            if alone > 0.0 {
+                return ((m - alone.ln()).exp().min(1.0), true);
+            }
         }
-    }
-
-    /// The median factor over the measured pairs (against their kinds'
-    /// measured rates alone), else [`SHARE_PRIOR`].
-    fn share_prior(&self) -> f64 {
-        let mut factors: Vec<f64> = self
-            .pairs
-            .iter()
-            .filter_map(|p| {
-                let alone = self.find(&p.kind, &p.gpu_type)?;
-                let a = median(&mut alone.samples.clone()).filter(|a| a.is_finite())?;
-                Some((median(&mut p.samples.clone())? - a).min(0.0))
-            })
-            .collect();
-        median(&mut factors).map_or(SHARE_PRIOR, f64::exp)
+        let row = self.rows.get(&(kind.clone(), gpu_type.to_string()));
+        let other = Kind::new(other, kind.scale_factor);
+        let col = self.cols.get(&(other, gpu_type.to_string()));
+        let log = match (row, col, self.all) {
+            (Some(r), Some(c), Some(g)) => r + c - g,
+            (Some(r), None, _) => *r,
+            (None, Some(c), _) => *c,
+            (_, _, Some(g)) => g,
+            _ => return (prior, false),
+        };
+        (log.min(0.0).exp(), false)
     }
 }
 

@@ -121,17 +121,34 @@ fn a_round_without_progress_means_it_cannot_run_there() {
 }
 
 #[test]
-fn share_factors_are_measured_per_pair_else_the_median_of_pairs() {
+fn share_factors_are_measured_per_pair_else_additive_in_log_space() {
     let mut m = RateModel::default();
-    let (a, b) = (Kind::new("a", 1), Kind::new("b", 1));
-    assert_eq!(m.share_factor(&a, "b", "v100", 10.0), (SHARE_PRIOR, false));
-    m.observe(&a, "v100", 10.0);
+    let (a, b, c) = (Kind::new("a", 1), Kind::new("b", 1), Kind::new("c", 1));
+    assert_eq!(
+        m.sharing().factor(&a, "b", "v100", 10.0, 0.55),
+        (0.55, false)
+    );
+    for (k, r) in [(&a, 10.0), (&b, 10.0), (&c, 10.0)] {
+        m.observe(k, "v100", r);
+    }
+    // a keeps 0.8 beside b, 0.5 beside c; b keeps 0.4 beside c.
     m.observe_pair(&a, "b", "v100", 8.0);
-    let (f, measured) = m.share_factor(&a, "b", "v100", 10.0);
+    m.observe_pair(&a, "c", "v100", 5.0);
+    m.observe_pair(&b, "c", "v100", 4.0);
+    let s = m.sharing();
+    assert!(s.any());
+    let (f, measured) = s.factor(&a, "b", "v100", 10.0, 0.55);
     assert!(measured && close(f, 0.8), "{f}");
-    // b beside a, never measured: a's pair factor is the only one known.
-    let (f, measured) = m.share_factor(&b, "a", "v100", 5.0);
-    assert!(!measured && close(f, 0.8), "{f}");
+    // b beside a, never measured: b's row (0.4) times a's column (a was
+    // never beside anyone measured: no column) -> the row alone.
+    let (f, measured) = s.factor(&b, "a", "v100", 10.0, 0.55);
+    assert!(!measured && close(f, 0.4), "{f}");
+    // c beside b: no row for c; b's column holds a's 0.8.
+    let (f, _) = s.factor(&c, "b", "v100", 10.0, 0.55);
+    assert!(close(f, 0.8), "{f}");
+    // b beside b: row of b (0.4) * column of b (0.8) / median of all (0.5).
+    let (f, _) = s.factor(&b, "b", "v100", 10.0, 0.55);
+    assert!(close(f, 0.4 * 0.8 / 0.5), "{f}");
 }
 
 #[test]

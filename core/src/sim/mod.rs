@@ -10,7 +10,8 @@ pub use backend::SimBackend;
 
 use crate::bounds::{jct_lower_bound, makespan_lower_bound};
 use crate::engine::{
-    run_rounds, Loop, LoopOutcome, LoopSettings, LoopState, Progress, SchedulerFactory,
+    run_rounds, KnowledgeSettings, Loop, LoopOutcome, LoopSettings, LoopState, Progress,
+    SchedulerFactory,
 };
 use crate::error::{Error, Result};
 use crate::executor::RoundExecutor;
@@ -37,6 +38,8 @@ pub struct SimSettings {
     /// HadarE: the fraction of a forked job's copies' steps that counts as
     /// progress (the statistical cost of averaging); 1.0 by default.
     pub fork_efficiency: f64,
+    /// What the scheduler knows of the rates (oracle by default).
+    pub knowledge: KnowledgeSettings,
 }
 
 impl Default for SimSettings {
@@ -49,6 +52,7 @@ impl Default for SimSettings {
             makespan_bound: true,
             explain: None,
             fork_efficiency: 1.0,
+            knowledge: KnowledgeSettings::default(),
         }
     }
 }
@@ -193,6 +197,7 @@ impl Experiment {
             round_s: self.settings.round_s,
             window: self.settings.window,
             learn_rates,
+            knowledge: self.settings.knowledge,
         };
         let lp = Loop {
             workload: &self.workload,
@@ -202,8 +207,10 @@ impl Experiment {
         };
         let outcome = run_rounds(lp, resume, progress).await?;
         let explanations = outcome.explanations.clone();
+        let knowledge = outcome.knowledge.clone();
         let mut result = self.result(name, outcome, started.elapsed().as_secs_f64());
         result.explanations = explanations;
+        result.summary.knowledge = knowledge;
         Ok(result)
     }
 
@@ -283,6 +290,7 @@ impl Experiment {
                 w.extend(out.warnings.iter().cloned());
                 w
             },
+            knowledge: None,
         };
         RunResult {
             summary,
