@@ -20,14 +20,14 @@ pub fn print(results: &[RunResult]) {
     );
     for (policy, k) in with {
         print!(
-            "  {policy}: {} measurements, {} re-plans on new rates, exploring {:.1}% of GPU time",
+            "  {policy}: {} measurements, {} re-plans on new rates, exploring {:.2}% of GPU time",
             k.measurements,
             k.replans,
             k.exploration_share * 100.0
         );
         match &k.convergence {
             Some(c) => println!(
-                "; within 10% of the truth after p50 {} / p90 {} / max {} rounds \
+                "; within 10% of the truth after p50 {:.0} / p90 {:.0} / max {:.0} rounds \
                  ({} of {} job-type pairs at arrival, {} never)",
                 c.p50_rounds, c.p90_rounds, c.max_rounds, c.at_arrival, c.pairs, c.never
             ),

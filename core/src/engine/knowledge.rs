@@ -63,7 +63,8 @@ pub struct KnowledgeSettings {
     /// Seed of the noise.
     pub noise_seed: u64,
     /// Optimism for rates not measured yet: the scheduler sees them this
-    /// much faster, so a job goes where it might be faster (exploration).
+    /// much faster (1.0: twice), so a job goes where it might be faster
+    /// (exploration). 1.0 by measurement (docs/algorithm.md).
     pub exploration_bonus: f64,
 }
 
@@ -73,7 +74,7 @@ impl Default for KnowledgeSettings {
             throughput_knowledge: ThroughputKnowledge::Oracle,
             progress_noise: 0.0,
             noise_seed: 0,
-            exploration_bonus: 0.1,
+            exploration_bonus: 1.0,
         }
     }
 }
@@ -153,6 +154,63 @@ pub struct KnowledgeState {
     converged: Vec<Vec<Option<u64>>>,
 }
 
+/// The factor a measurement is off by: 1 without noise, else `1 + F z`,
+/// `z` standard normal, drawn from the seed, the round and the job (so a
+/// run is reproducible and a resumed one draws the same).
+fn noise_factor(f: f64, seed: u64, round: u64, job: u32) -> f64 {
+    if f == 0.0 {
+        return 1.0;
+    }
+    let seed = seed
+        ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ u64::from(job).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // Box-Muller.
+    let (u1, u2): (f64, f64) = (rng.random::<f64>().max(f64::MIN_POSITIVE), rng.random());
+    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    (1.0 + f * z).max(NOISE_FLOOR)
+}
+
+/// The workload a scheduler sees in measured mode: `full`'s jobs and
+/// cluster at the rates `model` believes (rates not measured raised by the
+/// exploration bonus), as the round loop builds it on new estimates.
+pub fn estimated_workload(
+    full: &Workload,
+    model: &RateModel,
+    settings: &KnowledgeSettings,
+) -> crate::Result<Workload> {
+    let settings = KnowledgeSettings {
+        throughput_knowledge: ThroughputKnowledge::Measured,
+        ..*settings
+    };
+    let mut state = Some(KnowledgeState::new(model.clone(), full));
+    let knowledge = Knowledge::new(&settings, full, &mut state, false)
+        .ok_or_else(|| crate::Error::setting("throughput_knowledge", "must be measured"))?;
+    let table = knowledge.view_table(full, model);
+    Workload::new(
+        full.jobs().to_vec(),
+        full.cluster().clone(),
+        std::sync::Arc::new(table),
+        full.table().source(),
+    )
+}
+
+impl KnowledgeState {
+    /// The state before the first round, with `model`'s evidence.
+    pub fn new(model: RateModel, workload: &Workload) -> Self {
+        let n = workload.jobs().len();
+        Self {
+            model,
+            measurements: 0,
+            exploration_gpu_s: 0.0,
+            gpu_s: 0.0,
+            replans: 0,
+            first_round: vec![None; n],
+            converged: vec![vec![None; workload.cluster().gpu_types().len()]; n],
+        }
+    }
+}
+
 /// The knowledge machinery of one run of the loop.
 #[derive(Debug)]
 pub(super) struct Knowledge {
@@ -193,16 +251,7 @@ impl Knowledge {
             })
             .collect();
         let types = workload.cluster().gpu_types().to_vec();
-        let n = workload.jobs().len();
-        let st = state.get_or_insert_with(|| KnowledgeState {
-            model: RateModel::default(),
-            measurements: 0,
-            exploration_gpu_s: 0.0,
-            gpu_s: 0.0,
-            replans: 0,
-            first_round: vec![None; n],
-            converged: vec![vec![None; types.len()]; n],
-        });
+        let st = state.get_or_insert_with(|| KnowledgeState::new(RateModel::default(), workload));
         let built = st.model.estimate(&kinds, &types);
         Some(Self {
             settings: *settings,
@@ -372,22 +421,10 @@ impl Knowledge {
         moved
     }
 
-    /// The factor a measurement is off by: 1 without noise, else `1 + F z`
-    /// drawn from the round and job (so a run is reproducible and a
-    /// resumed one draws the same).
+    /// The factor a measurement is off by (see [`noise_factor`]).
     fn noise(&self, round: u64, job: u32) -> f64 {
-        let f = self.settings.progress_noise;
-        if f == 0.0 {
-            return 1.0;
-        }
-        let seed = self.settings.noise_seed
-            ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            ^ u64::from(job).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        // Box-Muller.
-        let (u1, u2): (f64, f64) = (rng.random::<f64>().max(f64::MIN_POSITIVE), rng.random());
-        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-        (1.0 + f * z).max(NOISE_FLOOR)
+        let s = &self.settings;
+        noise_factor(s.progress_noise, s.noise_seed, round, job)
     }
 
     /// Before a round is planned: notes, for each active job, the types on
@@ -465,3 +502,6 @@ impl Knowledge {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -18,7 +18,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use knowledge::{
-    Convergence, KnowledgeReport, KnowledgeSettings, KnowledgeState, ThroughputKnowledge,
+    estimated_workload, Convergence, KnowledgeReport, KnowledgeSettings, KnowledgeState,
+    ThroughputKnowledge,
 };
 pub use view::{MeasuredRate, SchedulerFactory};
 
