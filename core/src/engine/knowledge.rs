@@ -427,6 +427,59 @@ impl Knowledge {
         noise_factor(s.progress_noise, s.noise_seed, round, job)
     }
 
+    /// For `--explain`: the rates `job` was planned with this round, where
+    /// each came from, and whether where it ran was exploration.
+    pub(super) fn explain(
+        &self,
+        job: crate::job::JobId,
+        plan: &RoundPlan,
+        full: &Workload,
+    ) -> String {
+        let k = self.kind_of[job.index()];
+        let rates: Vec<String> = self
+            .types
+            .iter()
+            .enumerate()
+            .map(|(t, ty)| {
+                let e = self.built.get(k, t);
+                let from = match e.source {
+                    Source::Measured => "measured",
+                    Source::Given => "given, an estimate",
+                    Source::Ratio => "estimated through type ratios",
+                    Source::Prior => "a prior, nothing known",
+                };
+                format!("{ty} {:.3}/s ({from})", e.rate)
+            })
+            .collect();
+        let cluster = full.cluster();
+        let placed: Vec<String> = plan
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.job == job)
+            .map(|(i, t)| {
+                let ty = cluster.gpu_type_name(cluster.gpu(t.gpus[0]).gpu_type);
+                let how = if self.exploring.get(i).copied().unwrap_or(false) {
+                    "exploration: its rate there was not measured"
+                } else {
+                    "on measured rates"
+                };
+                format!("ran on {ty} ({how})")
+            })
+            .collect();
+        format!(
+            "round {} job {job} rates believed: {} (those not measured shown to the policy {:.2}x); {}",
+            plan.index,
+            rates.join(", "),
+            1.0 + self.settings.exploration_bonus,
+            if placed.is_empty() {
+                "did not run".to_string()
+            } else {
+                placed.join("; ")
+            }
+        )
+    }
+
     /// Before a round is planned: notes, for each active job, the types on
     /// which what the scheduler sees is within 10% of the truth.
     pub(super) fn track(

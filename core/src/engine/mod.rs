@@ -52,6 +52,9 @@ pub struct LoopSettings {
     pub learn_rates: bool,
     /// What the scheduler knows of the rates (oracle, or measured only).
     pub knowledge: KnowledgeSettings,
+    /// The job `--explain` follows: its lines are kept across rebuilds of
+    /// the scheduler, with where its rates came from (measured mode).
+    pub explain: Option<JobId>,
 }
 
 /// A progress tick, sent after each round.
@@ -245,6 +248,10 @@ pub async fn run_rounds(
     )?;
     let mut arrived: Vec<JobId> = Vec::new();
     let mut completed: Vec<JobId> = Vec::new();
+    // The explained job's lines so far, and how many of the present
+    // scheduler's are among them (a rebuilt scheduler starts with none).
+    let mut said: Vec<String> = Vec::new();
+    let mut seen = 0;
     let mut last: Option<RoundReport> = None;
     // Tasks of the last round (job, copy, GPUs): a task kept into the next
     // round ran it whole, so its progress measures its rate.
@@ -301,6 +308,16 @@ pub async fn run_rounds(
         if let (Some(k), Some(ks)) = (know.as_mut(), st.knowledge.as_ref()) {
             k.mark(&plan, &partners, &ks.model, workload);
         }
+        if let Some(j) = settings.explain {
+            let lines = view.scheduler.explanations();
+            said.extend(lines.iter().skip(seen).cloned());
+            seen = lines.len();
+            if let Some(k) = &know {
+                if st.jobs.active.contains(&j) {
+                    said.push(k.explain(j, &plan, workload));
+                }
+            }
+        }
         let report = lp.executor.run_round(&plan, &st.jobs).await?;
         st.round += 1;
         let newly = apply(&mut st, workload, &plan, &report, &partners, &measured);
@@ -347,6 +364,7 @@ pub async fn run_rounds(
             last = Some(report);
         }
         if remodel {
+            seen = 0;
             view = View::build(
                 workload,
                 &st.gone,
@@ -367,7 +385,8 @@ pub async fn run_rounds(
         (Some(k), Some(ks)) => Some(k.report(ks, workload)),
         _ => None,
     };
-    Ok(finish(st, view.scheduler.explanations(), report))
+    said.extend(view.scheduler.explanations().into_iter().skip(seen));
+    Ok(finish(st, said, report))
 }
 
 /// Admits the jobs that have arrived by now.
@@ -657,6 +676,7 @@ mod tests {
             window: Some((0, 2)),
             learn_rates: false,
             knowledge: KnowledgeSettings::default(),
+            explain: None,
         };
         let mut make =
             |_: &Workload| -> Result<Box<dyn Scheduler>> { Ok(Box::new(Fixed(pairs.clone()))) };

@@ -198,6 +198,7 @@ impl Experiment {
             window: self.settings.window,
             learn_rates,
             knowledge: self.settings.knowledge,
+            explain: self.settings.explain,
         };
         let lp = Loop {
             workload: &self.workload,

@@ -141,3 +141,26 @@ fn bad_settings_are_refused_by_name() {
         .to_string()
         .contains("exploration_bonus"));
 }
+
+#[test]
+fn explain_says_where_rates_came_from_and_what_was_exploration() {
+    let settings = SimSettings {
+        explain: Some(crate::job::JobId(0)),
+        ..measured(0.0)
+    };
+    let e = Experiment::new(run_a(), settings).unwrap();
+    let r = e.run(PolicyKind::Hadar, &mut |_| {}).unwrap();
+    let lines = &r.explanations;
+    let ours: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("rates believed"))
+        .collect();
+    assert!(!ours.is_empty(), "{lines:?}");
+    // The scheduler's own lines survive its rebuilds on new rates.
+    assert!(lines.len() > ours.len(), "{lines:?}");
+    assert!(ours[0].contains("a prior, nothing known"), "{}", ours[0]);
+    assert!(
+        lines.iter().any(|l| l.contains("(measured)")),
+        "the job's rates were never measured: {lines:?}"
+    );
+}
