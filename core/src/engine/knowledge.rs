@@ -89,6 +89,13 @@ impl KnowledgeSettings {
                 format!("{n} is not a fraction >= 0 (e.g. 0.1 for 10% noise)"),
             ));
         }
+        if n > 0.0 && self.throughput_knowledge == ThroughputKnowledge::Oracle {
+            return Err(crate::Error::setting(
+                "progress_noise",
+                "noise is put on measured rates, and with the oracle nothing is measured: \
+                 add --throughput-knowledge measured, or leave the noise at 0",
+            ));
+        }
         let b = self.exploration_bonus;
         if !(b >= 0.0 && b.is_finite()) {
             return Err(crate::Error::setting(

@@ -132,6 +132,12 @@ fn bad_settings_are_refused_by_name() {
         .to_string()
         .contains("progress_noise"));
     let s = KnowledgeSettings {
+        progress_noise: 0.1,
+        ..KnowledgeSettings::default()
+    };
+    let err = s.check().unwrap_err().to_string();
+    assert!(err.contains("with the oracle nothing is measured"), "{err}");
+    let s = KnowledgeSettings {
         exploration_bonus: f64::NAN,
         ..KnowledgeSettings::default()
     };
