@@ -113,6 +113,9 @@ static_run() {
   scripts/fork_models.sh
   # Real runs, measured by scripts/inference-quality.sh (minutes of wall clock).
   if [ -f docs/inference-quality.md ]; then echo; cat docs/inference-quality.md; fi
+  # Throughputs measured, not known: scripts/knowledge.sh (5 to 15 min), kept in
+  # docs/knowledge.md with its reading.
+  if [ -f docs/knowledge.md ]; then echo; cat docs/knowledge.md; fi
 } > "$out.tmp"
 mv "$out.tmp" "$out"
 echo "wrote $out"

@@ -16,6 +16,7 @@ pub mod workload;
 pub use error::{Error, Result};
 pub mod bounds;
 pub mod engine;
+pub mod estimate;
 pub mod executor;
 pub mod fork_model;
 pub mod lp;

@@ -124,6 +124,10 @@ pub struct Summary {
     /// What makes these figures less than they seem (for example, a
     /// window that outlived the trace's arrivals); empty when nothing does.
     pub warnings: Vec<String>,
+    /// With `--throughput-knowledge measured`: what was measured, the
+    /// share of GPU time spent exploring, how fast estimates converged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub knowledge: Option<crate::engine::KnowledgeReport>,
 }
 
 /// Everything a run produced.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use clap::Args;
 use hadar_core::cluster::Cluster;
 use hadar_core::fork_model::ForkModel;
+use hadar_core::engine::{KnowledgeSettings, ThroughputKnowledge};
 use hadar_core::lp::LpSolver;
 use hadar_core::metrics::RunResult;
 use hadar_core::plan::MixedRate;
@@ -131,6 +132,9 @@ pub struct SimulateArgs {
     pub explain: Option<u32>,
 
     #[command(flatten)]
+    pub knowledge: KnowledgeArgs,
+
+    #[command(flatten)]
     pub hadar: HadarArgs,
 
     /// Print a JSON array, one object per policy, instead of the table.
@@ -190,6 +194,39 @@ pub struct HadarArgs {
     /// backends do not share GPUs yet.
     #[arg(long, value_name = "GAIN|off", allow_hyphen_values = true, default_value_t = Share(HadarSettings::default().share_min_gain), value_parser = parse_share)]
     pub hadar_share: Share,
+}
+
+/// What the scheduler knows of the rates (docs/algorithm.md, "Throughputs
+/// nobody has to know").
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Throughput knowledge")]
+pub struct KnowledgeArgs {
+    /// What the scheduler knows of the jobs' rates: the table's (oracle),
+    /// or only what it measured from the jobs' progress (measured; the
+    /// simulator still runs jobs at the table's rates).
+    #[arg(long, default_value = "oracle", value_parser = ["oracle", "measured"])]
+    pub throughput_knowledge: String,
+    /// Measured mode: multiplicative noise on the progress measured, as a
+    /// standard deviation (0.1: 10%); drawn from --seed.
+    #[arg(long, default_value_t = KnowledgeSettings::default().progress_noise, value_name = "F")]
+    pub progress_noise: f64,
+    /// Measured mode: rates not measured yet are shown to the scheduler this
+    /// much faster, so that it tries jobs where they might be faster.
+    #[arg(long, default_value_t = KnowledgeSettings::default().exploration_bonus, value_name = "F")]
+    pub exploration_bonus: f64,
+}
+
+impl KnowledgeArgs {
+    /// The settings (`seed`: the run's --seed, for the noise).
+    pub fn settings(&self, seed: u64) -> KnowledgeSettings {
+        KnowledgeSettings {
+            throughput_knowledge: ThroughputKnowledge::parse(&self.throughput_knowledge)
+                .unwrap_or_default(),
+            progress_noise: self.progress_noise,
+            noise_seed: seed,
+            exploration_bonus: self.exploration_bonus,
+        }
+    }
 }
 
 /// `--hadar-share`'s value: the minimum gain, or `None` for off.
@@ -365,6 +402,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
         makespan_bound: !args.no_bound,
         explain: args.explain.map(hadar_core::job::JobId),
         fork_model: fork_model(&args),
+        knowledge: args.knowledge.settings(args.seed),
     };
     if let Some(j) = args.explain {
         if j as usize >= workload.jobs().len() {
@@ -418,6 +456,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             &results,
         );
         println!("settings   {}", summary_line(experiment.settings()));
+        crate::report::knowledge::print(&results);
         if let Some(j) = args.explain {
             print_explanations(j, &results);
         }

@@ -155,6 +155,7 @@ mod tests {
             decision_max_s: 0.0,
             wall_s: 0.1,
             warnings: Vec::new(),
+            knowledge: None,
         }
     }
 

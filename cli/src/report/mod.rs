@@ -1,6 +1,7 @@
 //! Rendering results: tables for people, JSON and CSV for programs, SVG plots.
 
 pub mod jobs_csv;
+pub mod knowledge;
 pub mod plots;
 pub mod settings;
 pub mod summary;

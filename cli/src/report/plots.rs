@@ -743,6 +743,7 @@ mod tests {
             decision_max_s: 0.02,
             wall_s: 0.5,
             warnings: Vec::new(),
+            knowledge: None,
         }
     }
 

@@ -8,6 +8,7 @@
 //! last saved round left it.
 
 mod check;
+mod knowledge;
 mod view;
 
 use std::collections::HashSet;
@@ -16,6 +17,10 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+pub use knowledge::{
+    estimated_workload, Convergence, KnowledgeReport, KnowledgeSettings, KnowledgeState,
+    ThroughputKnowledge,
+};
 pub use view::{MeasuredRate, SchedulerFactory};
 
 use crate::cluster::GpuId;
@@ -27,6 +32,7 @@ use crate::plan::RoundPlan;
 use crate::scheduler::RoundContext;
 use crate::state::{JobsState, Phase};
 use crate::workload::Workload;
+use knowledge::Knowledge;
 use view::View;
 
 /// Rounds in a row with nothing to run and nothing arriving before the loop
@@ -44,6 +50,11 @@ pub struct LoopSettings {
     /// Replace the table's rates with the ones measured from the tasks'
     /// progress as rounds go by (real runs, whose tables are estimates).
     pub learn_rates: bool,
+    /// What the scheduler knows of the rates (oracle, or measured only).
+    pub knowledge: KnowledgeSettings,
+    /// The job `--explain` follows: its lines are kept across rebuilds of
+    /// the scheduler, with where its rates came from (measured mode).
+    pub explain: Option<JobId>,
 }
 
 /// A progress tick, sent after each round.
@@ -88,6 +99,9 @@ pub struct LoopState {
     pub measured: Vec<MeasuredRate>,
     /// What went wrong along the way, for the report.
     pub warnings: Vec<String>,
+    /// The throughput model (measured mode).
+    #[serde(default)]
+    pub knowledge: Option<KnowledgeState>,
 }
 
 impl LoopState {
@@ -109,6 +123,7 @@ impl LoopState {
             gone: Vec::new(),
             measured: Vec::new(),
             warnings: Vec::new(),
+            knowledge: None,
         }
     }
 
@@ -149,6 +164,8 @@ pub struct LoopOutcome {
     pub explanations: Vec<String>,
     /// What went wrong along the way.
     pub warnings: Vec<String>,
+    /// What measured mode learned and spent (`None`: oracle).
+    pub knowledge: Option<KnowledgeReport>,
 }
 
 /// What one run of the loop needs.
@@ -207,10 +224,34 @@ pub async fn run_rounds(
             LoopState::new(workload)
         }
     };
+    settings.knowledge.check()?;
+    // The simulator's table is the truth its estimates are followed against.
+    let mut know = Knowledge::new(
+        &settings.knowledge,
+        workload,
+        &mut st.knowledge,
+        caps.virtual_time,
+    );
     st.now_s = lp.executor.idle_until(st.now_s).await?;
-    let mut view = View::build(workload, &st.gone, &st.measured, lp.scheduler)?;
+    let estimated = |know: &Option<Knowledge>, st: &LoopState| {
+        Some(
+            know.as_ref()?
+                .view_table(workload, &st.knowledge.as_ref()?.model),
+        )
+    };
+    let mut view = View::build(
+        workload,
+        &st.gone,
+        &st.measured,
+        estimated(&know, &st),
+        lp.scheduler,
+    )?;
     let mut arrived: Vec<JobId> = Vec::new();
     let mut completed: Vec<JobId> = Vec::new();
+    // The explained job's lines so far, and how many of the present
+    // scheduler's are among them (a rebuilt scheduler starts with none).
+    let mut said: Vec<String> = Vec::new();
+    let mut seen = 0;
     let mut last: Option<RoundReport> = None;
     // Tasks of the last round (job, copy, GPUs): a task kept into the next
     // round ran it whole, so its progress measures its rate.
@@ -229,6 +270,9 @@ pub async fn run_rounds(
             continue;
         }
         let now = st.now_s;
+        if let (Some(k), Some(ks)) = (&know, st.knowledge.as_mut()) {
+            k.track(ks, workload, &st.jobs.active, st.round);
+        }
         let ctx = RoundContext {
             workload: &view.workload,
             state: &st.jobs,
@@ -261,6 +305,19 @@ pub async fn run_rounds(
             check::drop_spanning(workload.cluster(), &mut plan);
         }
         let partners = check::check_plan(workload, &plan, caps.share_gpus, view.scheduler.name())?;
+        if let (Some(k), Some(ks)) = (know.as_mut(), st.knowledge.as_ref()) {
+            k.mark(&plan, &partners, &ks.model, workload);
+        }
+        if let Some(j) = settings.explain {
+            let lines = view.scheduler.explanations();
+            said.extend(lines.iter().skip(seen).cloned());
+            seen = lines.len();
+            if let Some(k) = &know {
+                if st.jobs.active.contains(&j) {
+                    said.push(k.explain(j, &plan, workload));
+                }
+            }
+        }
         let report = lp.executor.run_round(&plan, &st.jobs).await?;
         st.round += 1;
         let newly = apply(&mut st, workload, &plan, &report, &partners, &measured);
@@ -273,6 +330,14 @@ pub async fn run_rounds(
         }
         if settings.learn_rates {
             remodel |= learn_rates(&mut st, workload, &plan, &report, &previous, settings);
+        }
+        if let (Some(k), Some(ks)) = (know.as_mut(), st.knowledge.as_mut()) {
+            let kept = |i: usize| {
+                let t = &plan.tasks[i];
+                previous.contains(&(t.job, t.copy, t.gpus.clone()))
+            };
+            let fresh = caps.virtual_time;
+            remodel |= k.learn(ks, workload, &plan, &report, &partners, &kept, fresh);
         }
         previous = plan
             .tasks
@@ -299,7 +364,14 @@ pub async fn run_rounds(
             last = Some(report);
         }
         if remodel {
-            view = View::build(workload, &st.gone, &st.measured, lp.scheduler)?;
+            seen = 0;
+            view = View::build(
+                workload,
+                &st.gone,
+                &st.measured,
+                estimated(&know, &st),
+                lp.scheduler,
+            )?;
             last = None;
         }
         lp.executor.save(&st)?;
@@ -309,7 +381,12 @@ pub async fn run_rounds(
             total,
         });
     }
-    Ok(finish(st, view.scheduler.explanations()))
+    let report = match (&know, &st.knowledge) {
+        (Some(k), Some(ks)) => Some(k.report(ks, workload)),
+        _ => None,
+    };
+    said.extend(view.scheduler.explanations().into_iter().skip(seen));
+    Ok(finish(st, said, report))
 }
 
 /// Admits the jobs that have arrived by now.
@@ -468,7 +545,11 @@ fn learn_rates(
 }
 
 /// Closes the spans and hands the state over as the outcome.
-fn finish(mut st: LoopState, explanations: Vec<String>) -> LoopOutcome {
+fn finish(
+    mut st: LoopState,
+    explanations: Vec<String>,
+    knowledge: Option<KnowledgeReport>,
+) -> LoopOutcome {
     st.spans.extend(st.open_spans.into_iter().flatten());
     // (Sorted by GPU then start; while jobs share a GPU its spans overlap.)
     st.spans
@@ -482,6 +563,7 @@ fn finish(mut st: LoopState, explanations: Vec<String>) -> LoopOutcome {
         end_s: st.now_s,
         explanations,
         warnings: st.warnings,
+        knowledge,
     }
 }
 
@@ -593,6 +675,8 @@ mod tests {
             round_s: 100.0,
             window: Some((0, 2)),
             learn_rates: false,
+            knowledge: KnowledgeSettings::default(),
+            explain: None,
         };
         let mut make =
             |_: &Workload| -> Result<Box<dyn Scheduler>> { Ok(Box::new(Fixed(pairs.clone()))) };

@@ -10,6 +10,7 @@ use crate::cluster::GpuId;
 use crate::error::Result;
 use crate::plan::Task;
 use crate::scheduler::Scheduler;
+use crate::throughput::ThroughputTable;
 use crate::workload::Workload;
 
 /// Builds a scheduler for a workload (the policy and its settings).
@@ -39,9 +40,10 @@ impl View {
         full: &Arc<Workload>,
         gone: &[String],
         measured: &[MeasuredRate],
+        estimated: Option<ThroughputTable>,
         make: &mut SchedulerFactory<'_>,
     ) -> Result<Self> {
-        if gone.is_empty() && measured.is_empty() {
+        if gone.is_empty() && measured.is_empty() && estimated.is_none() {
             return Ok(Self {
                 scheduler: make(full)?,
                 workload: full.clone(),
@@ -49,7 +51,8 @@ impl View {
             });
         }
         let cluster = Arc::new(full.cluster().without(gone)?);
-        let mut table = (**full.table()).clone();
+        // (Measured mode: the estimates stand in for the whole table.)
+        let mut table = estimated.unwrap_or_else(|| (**full.table()).clone());
         for m in measured {
             let job = &full.jobs()[m.job as usize];
             table.set_isolated(&job.job_type, job.scale_factor, &m.gpu_type, m.rate);

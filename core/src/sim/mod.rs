@@ -10,7 +10,8 @@ pub use backend::SimBackend;
 
 use crate::bounds::{jct_lower_bound, makespan_lower_bound};
 use crate::engine::{
-    run_rounds, Loop, LoopOutcome, LoopSettings, LoopState, Progress, SchedulerFactory,
+    run_rounds, KnowledgeSettings, Loop, LoopOutcome, LoopSettings, LoopState, Progress,
+    SchedulerFactory,
 };
 use crate::error::{Error, Result};
 use crate::executor::RoundExecutor;
@@ -39,6 +40,8 @@ pub struct SimSettings {
     /// HadarE: how much a forked job's copies progress (the statistical
     /// cost of averaging; `crate::fork_model`).
     pub fork_model: ForkModel,
+    /// What the scheduler knows of the rates (oracle by default).
+    pub knowledge: KnowledgeSettings,
 }
 
 impl Default for SimSettings {
@@ -51,6 +54,7 @@ impl Default for SimSettings {
             makespan_bound: true,
             explain: None,
             fork_model: ForkModel::default(),
+            knowledge: KnowledgeSettings::default(),
         }
     }
 }
@@ -199,6 +203,8 @@ impl Experiment {
             round_s: self.settings.round_s,
             window: self.settings.window,
             learn_rates,
+            knowledge: self.settings.knowledge,
+            explain: self.settings.explain,
         };
         let lp = Loop {
             workload: &self.workload,
@@ -208,8 +214,10 @@ impl Experiment {
         };
         let outcome = run_rounds(lp, resume, progress).await?;
         let explanations = outcome.explanations.clone();
+        let knowledge = outcome.knowledge.clone();
         let mut result = self.result(name, outcome, started.elapsed().as_secs_f64());
         result.explanations = explanations;
+        result.summary.knowledge = knowledge;
         Ok(result)
     }
 
@@ -298,6 +306,7 @@ impl Experiment {
                 w.extend(out.warnings.iter().cloned());
                 w
             },
+            knowledge: None,
         };
         RunResult {
             summary,

@@ -1,0 +1,567 @@
+//! What the scheduler knows of the rates: the table's (oracle), or only
+//! what the loop measured ([`crate::estimate::RateModel`]). Done here, in
+//! the loop, so that every policy works in both modes unchanged: in
+//! `measured` mode the scheduler's view is built from the model's
+//! estimates, while the executor runs jobs at their true rates.
+
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::estimate::{Estimates, Kind, RateModel, Source};
+use crate::executor::RoundReport;
+use crate::plan::RoundPlan;
+use crate::throughput::ThroughputTable;
+use crate::workload::Workload;
+
+/// A change of a believed rate that makes the scheduler plan with it
+/// (rebuilding the scheduler's view costs a fresh plan).
+const REPLAN_CHANGE: f64 = 0.1;
+/// An estimate within this of the truth has converged.
+const CONVERGED: f64 = 0.1;
+/// Noisy measurements are floored at this factor of the truth (a 1 + F z
+/// draw can go negative for large F).
+const NOISE_FLOOR: f64 = 0.05;
+
+/// Where the scheduler's rates come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThroughputKnowledge {
+    /// The table's rates, known in advance (today's simulator).
+    #[default]
+    Oracle,
+    /// Only what was measured, plus what a jobs file gave.
+    Measured,
+}
+
+impl ThroughputKnowledge {
+    /// Parses `oracle` or `measured`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "oracle" => Some(Self::Oracle),
+            "measured" => Some(Self::Measured),
+            _ => None,
+        }
+    }
+
+    /// The name `parse` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Oracle => "oracle",
+            Self::Measured => "measured",
+        }
+    }
+}
+
+/// The throughput-knowledge settings of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct KnowledgeSettings {
+    /// Where the scheduler's rates come from.
+    pub throughput_knowledge: ThroughputKnowledge,
+    /// Multiplicative noise on measured progress: each measurement is the
+    /// true rate times `1 + F z`, `z` standard normal (F = 0.1: 10%).
+    pub progress_noise: f64,
+    /// Seed of the noise.
+    pub noise_seed: u64,
+    /// Optimism for rates not measured yet: the scheduler sees them this
+    /// much faster (1.0: twice), so a job goes where it might be faster
+    /// (exploration). 1.0 by measurement (docs/algorithm.md).
+    pub exploration_bonus: f64,
+}
+
+impl Default for KnowledgeSettings {
+    fn default() -> Self {
+        Self {
+            throughput_knowledge: ThroughputKnowledge::Oracle,
+            progress_noise: 0.0,
+            noise_seed: 0,
+            exploration_bonus: 1.0,
+        }
+    }
+}
+
+impl KnowledgeSettings {
+    /// Checks the values.
+    pub fn check(&self) -> crate::Result<()> {
+        let n = self.progress_noise;
+        if !(n >= 0.0 && n.is_finite()) {
+            return Err(crate::Error::setting(
+                "progress_noise",
+                format!("{n} is not a fraction >= 0 (e.g. 0.1 for 10% noise)"),
+            ));
+        }
+        if n > 0.0 && self.throughput_knowledge == ThroughputKnowledge::Oracle {
+            return Err(crate::Error::setting(
+                "progress_noise",
+                "noise is put on measured rates, and with the oracle nothing is measured: \
+                 add --throughput-knowledge measured, or leave the noise at 0",
+            ));
+        }
+        let b = self.exploration_bonus;
+        if !(b >= 0.0 && b.is_finite()) {
+            return Err(crate::Error::setting(
+                "exploration_bonus",
+                format!("{b} is not a fraction >= 0 (e.g. 0.1)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How many rounds it took estimates to come within 10% of the truth,
+/// over every (job, GPU type) of the jobs that ran (the simulator only,
+/// where the truth is known).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Convergence {
+    /// (job, type) pairs followed.
+    pub pairs: usize,
+    /// Pairs whose estimate was within 10% when the job arrived.
+    pub at_arrival: usize,
+    /// Pairs that never came within 10% while the job was active.
+    pub never: usize,
+    /// Rounds after arrival, over the pairs that converged: median.
+    pub p50_rounds: f64,
+    /// 90th percentile.
+    pub p90_rounds: f64,
+    /// Maximum.
+    pub max_rounds: f64,
+}
+
+/// What a run with measured rates learned and spent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnowledgeReport {
+    /// The settings it ran with.
+    pub settings: KnowledgeSettings,
+    /// Measurements taken.
+    pub measurements: u64,
+    /// GPU-seconds of tasks placed on a type where the job's rate was not
+    /// measured yet.
+    pub exploration_gpu_s: f64,
+    /// GPU-seconds of all tasks.
+    pub gpu_s: f64,
+    /// `exploration_gpu_s / gpu_s`.
+    pub exploration_share: f64,
+    /// Times the scheduler was given new rates.
+    pub replans: u64,
+    /// How fast estimates converged (simulation only).
+    pub convergence: Option<Convergence>,
+}
+
+/// The loop's knowledge state, saved with the loop's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KnowledgeState {
+    /// The evidence.
+    pub model: RateModel,
+    measurements: u64,
+    exploration_gpu_s: f64,
+    gpu_s: f64,
+    replans: u64,
+    /// By job: the round it was first seen active, and per type the rounds
+    /// after that until its estimate came within 10% of the truth.
+    first_round: Vec<Option<u64>>,
+    converged: Vec<Vec<Option<u64>>>,
+}
+
+/// The factor a measurement is off by: 1 without noise, else `1 + F z`,
+/// `z` standard normal, drawn from the seed, the round and the job (so a
+/// run is reproducible and a resumed one draws the same).
+fn noise_factor(f: f64, seed: u64, round: u64, job: u32) -> f64 {
+    if f == 0.0 {
+        return 1.0;
+    }
+    let seed = seed
+        ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ u64::from(job).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // Box-Muller.
+    let (u1, u2): (f64, f64) = (rng.random::<f64>().max(f64::MIN_POSITIVE), rng.random());
+    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    (1.0 + f * z).max(NOISE_FLOOR)
+}
+
+/// The workload a scheduler sees in measured mode: `full`'s jobs and
+/// cluster at the rates `model` believes (rates not measured raised by the
+/// exploration bonus), as the round loop builds it on new estimates.
+pub fn estimated_workload(
+    full: &Workload,
+    model: &RateModel,
+    settings: &KnowledgeSettings,
+) -> crate::Result<Workload> {
+    let settings = KnowledgeSettings {
+        throughput_knowledge: ThroughputKnowledge::Measured,
+        ..*settings
+    };
+    let mut state = Some(KnowledgeState::new(model.clone(), full));
+    let knowledge = Knowledge::new(&settings, full, &mut state, false)
+        .ok_or_else(|| crate::Error::setting("throughput_knowledge", "must be measured"))?;
+    let table = knowledge.view_table(full, model);
+    Workload::new(
+        full.jobs().to_vec(),
+        full.cluster().clone(),
+        std::sync::Arc::new(table),
+        full.table().source(),
+    )
+}
+
+impl KnowledgeState {
+    /// The state before the first round, with `model`'s evidence.
+    pub fn new(model: RateModel, workload: &Workload) -> Self {
+        let n = workload.jobs().len();
+        Self {
+            model,
+            measurements: 0,
+            exploration_gpu_s: 0.0,
+            gpu_s: 0.0,
+            replans: 0,
+            first_round: vec![None; n],
+            converged: vec![vec![None; workload.cluster().gpu_types().len()]; n],
+        }
+    }
+}
+
+/// The knowledge machinery of one run of the loop.
+#[derive(Debug)]
+pub(super) struct Knowledge {
+    settings: KnowledgeSettings,
+    /// Distinct kinds of the workload, and each job's.
+    kinds: Vec<Kind>,
+    kind_of: Vec<usize>,
+    types: Vec<String>,
+    /// The estimates the scheduler's view was built from.
+    built: Estimates,
+    /// Which tasks of the round in flight were exploration.
+    exploring: Vec<bool>,
+    /// The simulator's table is the truth: follow convergence.
+    track: bool,
+}
+
+impl Knowledge {
+    /// `None` in oracle mode. `track`: the workload's rates are the truth.
+    pub(super) fn new(
+        settings: &KnowledgeSettings,
+        workload: &Workload,
+        state: &mut Option<KnowledgeState>,
+        track: bool,
+    ) -> Option<Self> {
+        if settings.throughput_knowledge == ThroughputKnowledge::Oracle {
+            return None;
+        }
+        let mut kinds: Vec<Kind> = Vec::new();
+        let kind_of = workload
+            .jobs()
+            .iter()
+            .map(|j| {
+                let k = Kind::new(&j.job_type, j.scale_factor);
+                kinds.iter().position(|x| *x == k).unwrap_or_else(|| {
+                    kinds.push(k);
+                    kinds.len() - 1
+                })
+            })
+            .collect();
+        let types = workload.cluster().gpu_types().to_vec();
+        let st = state.get_or_insert_with(|| KnowledgeState::new(RateModel::default(), workload));
+        let built = st.model.estimate(&kinds, &types);
+        Some(Self {
+            settings: *settings,
+            kinds,
+            kind_of,
+            types,
+            built,
+            exploring: Vec::new(),
+            track,
+        })
+    }
+
+    /// The table the scheduler plans with: the estimates, rates not yet
+    /// measured raised by the exploration bonus, and the space-sharing
+    /// pairs the true table allows at estimated rates.
+    pub(super) fn view_table(&self, full: &Workload, model: &RateModel) -> ThroughputTable {
+        let bonus = 1.0 + self.settings.exploration_bonus;
+        let mut table = ThroughputTable::default()
+            .with_source(format!("{} (estimated)", full.table().source()));
+        // A kind never measured anywhere looks as fast as the fastest kind
+        // of its gang size measured on the type: optimism, so that the
+        // policy runs it soon and learns its rates.
+        let fastest = |t: usize, size: u32| {
+            (0..self.kinds.len())
+                .filter(|&k| self.kinds[k].scale_factor == size)
+                .map(|k| self.built.get(k, t))
+                .filter(|e| e.source.is_measured())
+                .map(|e| e.rate)
+                .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
+        };
+        for (k, kind) in self.kinds.iter().enumerate() {
+            for (t, ty) in self.types.iter().enumerate() {
+                let e = self.built.get(k, t);
+                let rate = match e.source {
+                    Source::Measured => e.rate,
+                    Source::Prior => fastest(t, kind.scale_factor).unwrap_or(e.rate) * bonus,
+                    Source::Given | Source::Ratio => e.rate * bonus,
+                };
+                table.set_isolated(&kind.model, kind.scale_factor, ty, rate);
+            }
+        }
+        // Which kinds may share GPUs is the true table's (a pair it has
+        // measured): a capability, not a rate. Their rates are estimated.
+        // Pairs not measured get the median of those measured, as it is:
+        // exploring each of the many pairs would cost more than sharing
+        // gains. Before any is measured, time-slicing's share plus the
+        // bonus, so that sharing is tried at all.
+        let sharing = model.sharing();
+        let prior = (crate::estimate::SHARE_PRIOR * bonus).min(1.0);
+        let reps: Vec<usize> = (0..self.kinds.len())
+            .map(|k| self.kind_of.iter().position(|&x| x == k).unwrap_or(0))
+            .collect();
+        for (a, kind) in self.kinds.iter().enumerate() {
+            for b in a..self.kinds.len() {
+                for (t, ty) in self.types.iter().enumerate() {
+                    let tid = crate::cluster::GpuTypeId(t as u16);
+                    if full.colocated(reps[a], reps[b], tid).is_none() {
+                        continue;
+                    }
+                    let mut pair = [0.0; 2];
+                    for (slot, (x, y)) in [(a, b), (b, a)].into_iter().enumerate() {
+                        let alone = self.built.get(x, t).rate;
+                        let (f, _) =
+                            sharing.factor(&self.kinds[x], &self.kinds[y].model, ty, alone, prior);
+                        pair[slot] = alone * f;
+                    }
+                    let other = &self.kinds[b].model;
+                    table.set_colocated(&kind.model, other, kind.scale_factor, ty, pair);
+                }
+            }
+        }
+        table
+    }
+
+    /// Notes which of the plan's tasks explore: placed on a type where the
+    /// job's rate (at the task's size) was not measured, or beside a job
+    /// it was never measured beside.
+    pub(super) fn mark(
+        &mut self,
+        plan: &RoundPlan,
+        partners: &[Option<usize>],
+        model: &RateModel,
+        full: &Workload,
+    ) {
+        let cluster = full.cluster();
+        let model_of = |i: usize| &full.jobs()[plan.tasks[i].job.index()].job_type;
+        self.exploring = plan
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let kind = Kind::new(model_of(i), t.gpus.len() as u32);
+                t.gpus.iter().any(|&g| {
+                    let ty = cluster.gpu_type_name(cluster.gpu(g).gpu_type);
+                    match partners[i] {
+                        Some(p) => !model.pair_measured(&kind, model_of(p), ty),
+                        None => model.count(&kind, ty) == 0,
+                    }
+                })
+            })
+            .collect();
+    }
+
+    /// Learns from a round: each task that ran as its job's one gang on
+    /// one type for most of the round measures the job's rate there (a
+    /// shared task, its rate beside the other). `fresh`: a task's first
+    /// round measures too (no start-up cost, the simulator). Returns
+    /// whether the scheduler should get the new estimates.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn learn(
+        &mut self,
+        st: &mut KnowledgeState,
+        full: &Workload,
+        plan: &RoundPlan,
+        report: &RoundReport,
+        partners: &[Option<usize>],
+        kept: &dyn Fn(usize) -> bool,
+        fresh: bool,
+    ) -> bool {
+        let cluster = full.cluster();
+        let mut per_job = std::collections::HashMap::<u32, u32>::new();
+        for t in &plan.tasks {
+            *per_job.entry(t.job.0).or_default() += 1;
+        }
+        for (i, (t, r)) in plan.tasks.iter().zip(&report.tasks).enumerate() {
+            let gpu_s = r.busy_s * f64::from(r.gpus);
+            st.gpu_s += gpu_s;
+            if self.exploring.get(i).copied().unwrap_or(false) {
+                st.exploration_gpu_s += gpu_s;
+            }
+            let job = &full.jobs()[t.job.index()];
+            let alone = per_job.get(&t.job.0) == Some(&1) && t.copy == 0;
+            let (Some(ty), true, true) = (r.gpu_type, alone, fresh || kept(i)) else {
+                continue;
+            };
+            if t.gpus.len() != job.scale_factor as usize {
+                continue;
+            }
+            let whole = r.busy_s >= 0.5 * plan.length_s && r.steps > 0;
+            // The simulator ends a task that cannot run at once, with no step.
+            let stuck = fresh && r.steps == 0 && r.busy_s == 0.0;
+            if !whole && !stuck {
+                continue;
+            }
+            let rate = if stuck {
+                0.0
+            } else {
+                r.steps as f64 / r.busy_s * self.noise(plan.index, t.job.0)
+            };
+            let kind = &self.kinds[self.kind_of[t.job.index()]];
+            let ty = cluster.gpu_type_name(ty);
+            match partners[i] {
+                Some(p) => {
+                    let other = &full.jobs()[plan.tasks[p].job.index()].job_type;
+                    st.model.observe_pair(kind, other, ty, rate);
+                }
+                None => st.model.observe(kind, ty, rate),
+            }
+            st.measurements += 1;
+        }
+        let now = st.model.estimate(&self.kinds, &self.types);
+        let moved = now.moved(&self.built, REPLAN_CHANGE);
+        if moved {
+            self.built = now;
+            st.replans += 1;
+        }
+        moved
+    }
+
+    /// The factor a measurement is off by (see [`noise_factor`]).
+    fn noise(&self, round: u64, job: u32) -> f64 {
+        let s = &self.settings;
+        noise_factor(s.progress_noise, s.noise_seed, round, job)
+    }
+
+    /// For `--explain`: the rates `job` was planned with this round, where
+    /// each came from, and whether where it ran was exploration.
+    pub(super) fn explain(
+        &self,
+        job: crate::job::JobId,
+        plan: &RoundPlan,
+        full: &Workload,
+    ) -> String {
+        let k = self.kind_of[job.index()];
+        let rates: Vec<String> = self
+            .types
+            .iter()
+            .enumerate()
+            .map(|(t, ty)| {
+                let e = self.built.get(k, t);
+                let from = match e.source {
+                    Source::Measured => "measured",
+                    Source::Given => "given, an estimate",
+                    Source::Ratio => "estimated through type ratios",
+                    Source::Prior => "a prior, nothing known",
+                };
+                format!("{ty} {:.3}/s ({from})", e.rate)
+            })
+            .collect();
+        let cluster = full.cluster();
+        let placed: Vec<String> = plan
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.job == job)
+            .map(|(i, t)| {
+                let ty = cluster.gpu_type_name(cluster.gpu(t.gpus[0]).gpu_type);
+                let how = if self.exploring.get(i).copied().unwrap_or(false) {
+                    "exploration: its rate there was not measured"
+                } else {
+                    "on measured rates"
+                };
+                format!("ran on {ty} ({how})")
+            })
+            .collect();
+        format!(
+            "round {} job {job} rates believed: {} (those not measured shown to the policy {:.2}x); {}",
+            plan.index,
+            rates.join(", "),
+            1.0 + self.settings.exploration_bonus,
+            if placed.is_empty() {
+                "did not run".to_string()
+            } else {
+                placed.join("; ")
+            }
+        )
+    }
+
+    /// Before a round is planned: notes, for each active job, the types on
+    /// which what the scheduler sees is within 10% of the truth.
+    pub(super) fn track(
+        &self,
+        st: &mut KnowledgeState,
+        full: &Workload,
+        active: &[crate::job::JobId],
+        round: u64,
+    ) {
+        if !self.track {
+            return;
+        }
+        for &j in active {
+            let j = j.index();
+            let first = *st.first_round[j].get_or_insert(round);
+            let k = self.kind_of[j];
+            for t in 0..self.types.len() {
+                let truth = full.rates_of(j)[t];
+                if st.converged[j][t].is_some() || truth <= 0.0 {
+                    continue;
+                }
+                let est = self.built.get(k, t).rate;
+                if (est / truth - 1.0).abs() <= CONVERGED {
+                    st.converged[j][t] = Some(round - first);
+                }
+            }
+        }
+    }
+
+    /// The report at the end.
+    pub(super) fn report(&self, st: &KnowledgeState, full: &Workload) -> KnowledgeReport {
+        let convergence = self.track.then(|| {
+            let mut rounds = Vec::new();
+            let (mut pairs, mut never) = (0, 0);
+            for (j, first) in st.first_round.iter().enumerate() {
+                if first.is_none() {
+                    continue;
+                }
+                for t in 0..self.types.len() {
+                    if full.rates_of(j)[t] <= 0.0 {
+                        continue;
+                    }
+                    pairs += 1;
+                    match st.converged[j][t] {
+                        Some(r) => rounds.push(r as f64),
+                        None => never += 1,
+                    }
+                }
+            }
+            rounds.sort_by(f64::total_cmp);
+            let q = |p: f64| crate::metrics::quantile(&rounds, p);
+            Convergence {
+                pairs,
+                at_arrival: rounds.iter().filter(|r| **r == 0.0).count(),
+                never,
+                p50_rounds: q(0.5),
+                p90_rounds: q(0.9),
+                max_rounds: rounds.last().copied().unwrap_or(0.0),
+            }
+        });
+        KnowledgeReport {
+            settings: self.settings,
+            measurements: st.measurements,
+            exploration_gpu_s: st.exploration_gpu_s,
+            gpu_s: st.gpu_s,
+            exploration_share: if st.gpu_s > 0.0 {
+                st.exploration_gpu_s / st.gpu_s
+            } else {
+                0.0
+            },
+            replans: st.replans,
+            convergence,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+use std::sync::Arc;
+
+use super::*;
+use crate::cluster::Cluster;
+use crate::reproduce::embedded_trace;
+use crate::scheduler::PolicyKind;
+use crate::sim::{Experiment, SimSettings};
+use crate::trace::parse_trace;
+
+fn run_a() -> Arc<Workload> {
+    let text = embedded_trace("static_100jobs_multigpu_seed0.trace").unwrap();
+    let (jobs, _) = parse_trace(text, "a").unwrap();
+    let cluster = Arc::new(Cluster::from_short_form("v100=4,p100=4,k80=4", 1).unwrap());
+    Arc::new(Workload::new(jobs, cluster, Arc::new(ThroughputTable::gavel()), "a").unwrap())
+}
+
+fn measured(noise: f64) -> SimSettings {
+    SimSettings {
+        makespan_bound: false,
+        knowledge: KnowledgeSettings {
+            throughput_knowledge: ThroughputKnowledge::Measured,
+            progress_noise: noise,
+            ..KnowledgeSettings::default()
+        },
+        ..SimSettings::default()
+    }
+}
+
+#[test]
+fn every_kind_of_policy_runs_on_measured_rates() {
+    let e = Experiment::new(run_a(), measured(0.1)).unwrap();
+    for policy in [
+        PolicyKind::Hadar,
+        PolicyKind::HadarE,
+        PolicyKind::MaxMinFairnessPerf,
+        PolicyKind::FifoPerf,
+    ] {
+        let r = e.run(policy, &mut |_| {}).unwrap();
+        let s = &r.summary;
+        assert_eq!(s.jobs_completed, 100, "{}", s.policy);
+        let k = s.knowledge.as_ref().expect("a knowledge report");
+        assert!(k.measurements > 100, "{}: {k:?}", s.policy);
+        // Nothing is known at the start: some GPU time explores, most not.
+        assert!(
+            k.exploration_share > 0.0 && k.exploration_share < 0.5,
+            "{}: {k:?}",
+            s.policy
+        );
+        let c = k
+            .convergence
+            .as_ref()
+            .expect("the simulator follows convergence");
+        assert_eq!(c.pairs, 300 - zero_rates(&e), "{}", s.policy);
+        assert!(c.never < c.pairs / 2, "{}: {c:?}", s.policy);
+    }
+}
+
+/// (job, type) pairs the table says cannot run.
+fn zero_rates(e: &Experiment) -> usize {
+    let w = e.workload();
+    (0..w.jobs().len())
+        .map(|j| w.rates_of(j).iter().filter(|r| **r <= 0.0).count())
+        .sum()
+}
+
+#[test]
+fn oracle_runs_report_no_knowledge() {
+    let settings = SimSettings {
+        makespan_bound: false,
+        ..SimSettings::default()
+    };
+    let e = Experiment::new(run_a(), settings).unwrap();
+    let r = e.run(PolicyKind::Hadar, &mut |_| {}).unwrap();
+    assert!(r.summary.knowledge.is_none());
+}
+
+#[test]
+fn the_view_shows_estimates_with_the_bonus_on_what_was_not_measured() {
+    let w = run_a();
+    let job = &w.jobs()[0];
+    let kind = Kind::new(&job.job_type, job.scale_factor);
+    let mut model = RateModel::default();
+    model.observe(&kind, "v100", 2.0);
+    let settings = KnowledgeSettings {
+        exploration_bonus: 0.1,
+        ..KnowledgeSettings::default()
+    };
+    let view = estimated_workload(&w, &model, &settings).unwrap();
+    let ty = |name: &str| {
+        let i = w
+            .cluster()
+            .gpu_types()
+            .iter()
+            .position(|t| t == name)
+            .unwrap();
+        crate::cluster::GpuTypeId(i as u16)
+    };
+    assert_eq!(view.rate(0, ty("v100")), 2.0);
+    // No other kind measured: k80 is taken as fast as v100, plus 10%.
+    assert!((view.rate(0, ty("k80")) - 2.2).abs() < 1e-12);
+    // Another kind never measured looks as fast as the fastest measured
+    // kind of its gang size, plus 10% (optimism: run it, learn it).
+    let other = w
+        .jobs()
+        .iter()
+        .position(|j| j.scale_factor == job.scale_factor && j.job_type != job.job_type)
+        .unwrap();
+    assert!((view.rate(other, ty("v100")) - 2.2).abs() < 1e-12);
+}
+
+#[test]
+fn noise_is_seeded_and_centred() {
+    assert_eq!(noise_factor(0.0, 7, 3, 4), 1.0);
+    assert_eq!(noise_factor(0.1, 7, 3, 4), noise_factor(0.1, 7, 3, 4));
+    assert_ne!(noise_factor(0.1, 7, 3, 4), noise_factor(0.1, 8, 3, 4));
+    let draws: Vec<f64> = (0..4000).map(|i| noise_factor(0.1, 1, i, 9)).collect();
+    let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+    let var = draws.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / draws.len() as f64;
+    assert!((mean - 1.0).abs() < 0.01, "{mean}");
+    assert!((var.sqrt() - 0.1).abs() < 0.01, "{}", var.sqrt());
+}
+
+#[test]
+fn bad_settings_are_refused_by_name() {
+    let s = KnowledgeSettings {
+        progress_noise: -0.1,
+        ..KnowledgeSettings::default()
+    };
+    assert!(s
+        .check()
+        .unwrap_err()
+        .to_string()
+        .contains("progress_noise"));
+    let s = KnowledgeSettings {
+        progress_noise: 0.1,
+        ..KnowledgeSettings::default()
+    };
+    let err = s.check().unwrap_err().to_string();
+    assert!(err.contains("with the oracle nothing is measured"), "{err}");
+    let s = KnowledgeSettings {
+        exploration_bonus: f64::NAN,
+        ..KnowledgeSettings::default()
+    };
+    assert!(s
+        .check()
+        .unwrap_err()
+        .to_string()
+        .contains("exploration_bonus"));
+}
+
+#[test]
+fn explain_says_where_rates_came_from_and_what_was_exploration() {
+    let settings = SimSettings {
+        explain: Some(crate::job::JobId(0)),
+        ..measured(0.0)
+    };
+    let e = Experiment::new(run_a(), settings).unwrap();
+    let r = e.run(PolicyKind::Hadar, &mut |_| {}).unwrap();
+    let lines = &r.explanations;
+    let ours: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("rates believed"))
+        .collect();
+    assert!(!ours.is_empty(), "{lines:?}");
+    // The scheduler's own lines survive its rebuilds on new rates.
+    assert!(lines.len() > ours.len(), "{lines:?}");
+    assert!(ours[0].contains("a prior, nothing known"), "{}", ours[0]);
+    assert!(
+        lines.iter().any(|l| l.contains("(measured)")),
+        "the job's rates were never measured: {lines:?}"
+    );
+}

@@ -1,0 +1,179 @@
+use super::*;
+
+fn types() -> Vec<String> {
+    ["v100", "p100", "k80"].map(String::from).to_vec()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9 * b.abs().max(1.0)
+}
+
+#[test]
+fn a_measured_rate_is_the_median_of_the_latest_window() {
+    let mut m = RateModel::default();
+    let a = Kind::new("a", 1);
+    for r in [10.0, 10.0, 1000.0, 10.0, 0.001] {
+        m.observe(&a, "v100", r);
+    }
+    // Two outliers of five: the median stands.
+    assert!(close(m.measured(&a, "v100").unwrap(), 10.0));
+    assert_eq!(m.count(&a, "v100"), 5);
+    // The window forgets: WINDOW fresh measurements of 20 replace them.
+    for _ in 0..WINDOW {
+        m.observe(&a, "v100", 20.0);
+    }
+    assert!(close(m.measured(&a, "v100").unwrap(), 20.0));
+    assert_eq!(m.count(&a, "v100"), 5 + WINDOW as u64);
+    // Nonsense is dropped.
+    m.observe(&a, "v100", f64::NAN);
+    m.observe(&a, "v100", -1.0);
+    assert_eq!(m.count(&a, "v100"), 5 + WINDOW as u64);
+}
+
+#[test]
+fn unseen_rates_come_through_type_ratios() {
+    let mut m = RateModel::default();
+    let (a, b, c) = (Kind::new("a", 1), Kind::new("b", 1), Kind::new("c", 2));
+    // a: v100 10, k80 5; b: v100 4, p100 3. k80/v100 = 1/2, p100/v100 = 3/4.
+    m.observe(&a, "v100", 10.0);
+    m.observe(&a, "k80", 5.0);
+    m.observe(&b, "v100", 4.0);
+    m.observe(&b, "p100", 3.0);
+    let kinds = vec![a.clone(), b.clone(), c.clone()];
+    let e = m.estimate(&kinds, &types());
+    assert_eq!(e.get(0, 0).source, Source::Measured);
+    // b on k80: 4 * 1/2.
+    let bk = e.get(1, 2);
+    assert_eq!(bk.source, Source::Ratio);
+    assert!(close(bk.rate, 2.0), "{bk:?}");
+    // a on p100: 10 * 3/4.
+    assert!(close(e.get(0, 1).rate, 7.5));
+    // c, gang of 2, never measured and no kind of its size: the median of
+    // every kind measured on the type (v100: 10 and 4 -> exp of mean log).
+    let cv = e.get(2, 0);
+    assert_eq!(cv.source, Source::Prior);
+    assert!(close(cv.rate, (40.0f64).sqrt()), "{cv:?}");
+}
+
+#[test]
+fn a_given_rate_holds_until_measured_and_anchors_ratios() {
+    let mut m = RateModel::default();
+    let (a, b) = (Kind::new("a", 1), Kind::new("b", 1));
+    m.observe(&a, "v100", 10.0);
+    m.observe(&a, "k80", 2.0);
+    m.give(&b, "v100", 6.0);
+    let e = m.estimate(&[a.clone(), b.clone()], &types());
+    assert_eq!(
+        e.get(1, 0),
+        Estimate {
+            rate: 6.0,
+            source: Source::Given
+        }
+    );
+    // b on k80 from its given v100 rate: 6 / 5.
+    assert!(close(e.get(1, 2).rate, 1.2));
+    assert_eq!(e.get(1, 2).source, Source::Ratio);
+    // Measured wins.
+    m.observe(&b, "v100", 8.0);
+    let e = m.estimate(&[a, b], &types());
+    assert_eq!(e.get(1, 0).source, Source::Measured);
+    assert!(close(e.get(1, 0).rate, 8.0));
+}
+
+#[test]
+fn without_a_ratio_a_kind_keeps_its_own_rate_and_nothing_gives_one() {
+    let mut m = RateModel::default();
+    let a = Kind::new("a", 1);
+    let e = m.estimate(std::slice::from_ref(&a), &types());
+    assert_eq!(
+        e.get(0, 1),
+        Estimate {
+            rate: 1.0,
+            source: Source::Prior
+        }
+    );
+    m.observe(&a, "v100", 3.0);
+    let e = m.estimate(std::slice::from_ref(&a), &types());
+    assert_eq!(e.get(0, 2).source, Source::Ratio);
+    assert!(close(e.get(0, 2).rate, 3.0));
+}
+
+#[test]
+fn a_round_without_progress_means_it_cannot_run_there() {
+    let mut m = RateModel::default();
+    let a = Kind::new("a", 1);
+    m.observe(&a, "k80", 0.0);
+    let e = m.estimate(std::slice::from_ref(&a), &types());
+    assert_eq!(
+        e.get(0, 2),
+        Estimate {
+            rate: 0.0,
+            source: Source::Measured
+        }
+    );
+    // Zero rates teach no ratio.
+    m.observe(&a, "v100", 5.0);
+    let b = Kind::new("b", 1);
+    m.observe(&b, "v100", 2.0);
+    let e = m.estimate(&[a, b], &types());
+    assert_eq!(e.get(1, 2).source, Source::Ratio);
+    assert!(close(e.get(1, 2).rate, 2.0));
+}
+
+#[test]
+fn share_factors_are_measured_per_pair_else_additive_in_log_space() {
+    let mut m = RateModel::default();
+    let (a, b, c) = (Kind::new("a", 1), Kind::new("b", 1), Kind::new("c", 1));
+    assert_eq!(
+        m.sharing().factor(&a, "b", "v100", 10.0, 0.55),
+        (0.55, false)
+    );
+    for (k, r) in [(&a, 10.0), (&b, 10.0), (&c, 10.0)] {
+        m.observe(k, "v100", r);
+    }
+    // a keeps 0.8 beside b, 0.5 beside c; b keeps 0.4 beside c.
+    m.observe_pair(&a, "b", "v100", 8.0);
+    m.observe_pair(&a, "c", "v100", 5.0);
+    m.observe_pair(&b, "c", "v100", 4.0);
+    let s = m.sharing();
+    assert!(s.any());
+    let (f, measured) = s.factor(&a, "b", "v100", 10.0, 0.55);
+    assert!(measured && close(f, 0.8), "{f}");
+    // b beside a, never measured: b's row (0.4) times a's column (a was
+    // never beside anyone measured: no column) -> the row alone.
+    let (f, measured) = s.factor(&b, "a", "v100", 10.0, 0.55);
+    assert!(!measured && close(f, 0.4), "{f}");
+    // c beside b: no row for c; b's column holds a's 0.8.
+    let (f, _) = s.factor(&c, "b", "v100", 10.0, 0.55);
+    assert!(close(f, 0.8), "{f}");
+    // b beside b: row of b (0.4) * column of b (0.8) / median of all (0.5).
+    let (f, _) = s.factor(&b, "b", "v100", 10.0, 0.55);
+    assert!(close(f, 0.4 * 0.8 / 0.5), "{f}");
+}
+
+#[test]
+fn estimates_move_by_relative_change_or_source() {
+    let mut m = RateModel::default();
+    let a = Kind::new("a", 1);
+    m.observe(&a, "v100", 10.0);
+    let before = m.estimate(std::slice::from_ref(&a), &types());
+    m.observe(&a, "v100", 10.5);
+    let after = m.estimate(std::slice::from_ref(&a), &types());
+    // Median of 10 and 10.5: +2.5%.
+    assert!(!after.moved(&before, 0.1));
+    assert!(after.moved(&before, 0.01));
+    m.observe(&a, "k80", 3.0);
+    let later = m.estimate(std::slice::from_ref(&a), &types());
+    assert!(later.moved(&after, 0.5), "k80 went from ratio to measured");
+}
+
+#[test]
+fn the_model_round_trips_through_json() {
+    let mut m = RateModel::default();
+    m.observe(&Kind::new("a", 2), "v100", 3.0);
+    m.give(&Kind::new("b", 1), "k80", 1.0);
+    m.observe_pair(&Kind::new("a", 2), "c", "v100", 1.5);
+    let text = serde_json::to_string(&m).unwrap();
+    let back: RateModel = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, m);
+}
