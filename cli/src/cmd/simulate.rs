@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use clap::Args;
 use hadar_core::cluster::Cluster;
-use hadar_core::fork_model::ForkModel;
 use hadar_core::engine::{KnowledgeSettings, ThroughputKnowledge};
+use hadar_core::fork_model::ForkModel;
 use hadar_core::lp::LpSolver;
 use hadar_core::metrics::RunResult;
 use hadar_core::plan::MixedRate;
