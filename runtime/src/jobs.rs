@@ -8,7 +8,7 @@
 //! gang = 1                            # GPUs at once (default 1)
 //! arrival = 0.0                       # seconds after the run starts (default 0)
 //! weight = 1.0                        # priority weight (default 1)
-//! throughput = { v100 = 2000.0, k80 = 700.0 }   # iterations/s estimates per GPU type
+//! throughput = { v100 = 2000.0, k80 = 700.0 }   # iterations/s estimates per GPU type (optional)
 //! env = { HADAR_TRAINER_ITER_US = "200" }        # extra environment (optional)
 //! batch_size = 64                     # examples per step of one copy (optional; HadarE's fork model)
 //! noise_scale = 1000.0                # gradient noise scale B_noise, same unit (optional)
@@ -19,6 +19,7 @@ use std::path::Path;
 
 use hadar_backend::{Signal, StopPolicy};
 use hadar_core::error::{parse_toml, read_to_string, Error, Location, Result};
+use hadar_core::estimate::{Kind, RateModel};
 use hadar_core::job::{Job, JobId, Launch};
 use hadar_core::throughput::ThroughputTable;
 use serde::Deserialize;
@@ -42,7 +43,10 @@ pub struct RunJob {
     /// Priority weight.
     #[serde(default = "one_f")]
     pub weight: f64,
-    /// Iterations/s of the whole gang on each GPU type (estimates).
+    /// Iterations/s of the whole gang on each GPU type (estimates; any
+    /// type may be left out, or all: the run measures the rates, and
+    /// estimates those not measured yet from the other jobs').
+    #[serde(default)]
     pub throughput: BTreeMap<String, f64>,
     /// Extra environment (never a variable of the job protocol).
     #[serde(default)]
@@ -155,10 +159,11 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
                 "is set by Hadar for every task (the job protocol); a job cannot override it",
             ));
         }
-        if j.throughput.values().all(|r| *r <= 0.0) {
+        if !j.throughput.is_empty() && j.throughput.values().all(|r| *r <= 0.0) {
             return Err(Error::parse(
                 f("throughput"),
-                "give at least one GPU type with a rate > 0 (iterations/s)",
+                "every rate is 0, so the job could run nowhere: give a GPU type a rate > 0 \
+                 (iterations/s), or leave `throughput` out for the run to measure it",
             ));
         }
         for (field, value) in [("batch_size", j.batch_size), ("noise_scale", j.noise_scale)] {
@@ -199,15 +204,45 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
     Ok(jobs)
 }
 
+/// The rates the jobs file gives, as the throughput model's evidence
+/// (measured rates join them as the run goes).
+pub fn given_rates(jobs: &[RunJob]) -> RateModel {
+    let mut model = RateModel::default();
+    for j in jobs {
+        let kind = Kind::new(&j.name, j.gang);
+        for (ty, rate) in &j.throughput {
+            model.give(&kind, ty, *rate);
+        }
+    }
+    model
+}
+
 /// The engine's view: jobs (their names are their types) and a throughput
-/// table made of their estimates.
-pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
+/// table of their rates on `gpu_types`: the ones the file gives, the others
+/// estimated from them (type-to-type ratios of the jobs that give several,
+/// [`RateModel::estimate`]; 1 iteration/s where nothing is known). Returns
+/// how many rates were estimated.
+pub fn to_model(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Job>, ThroughputTable, usize) {
+    let kinds: Vec<Kind> = jobs.iter().map(|j| Kind::new(&j.name, j.gang)).collect();
+    let estimates = given_rates(jobs).estimate(&kinds, gpu_types);
     let mut table = ThroughputTable::default();
+    let mut estimated = 0;
     let model = jobs
         .iter()
         .enumerate()
         .map(|(i, j)| {
-            for (ty, rate) in &j.throughput {
+            for (t, ty) in gpu_types.iter().enumerate() {
+                let rate = match j.throughput.get(ty) {
+                    Some(r) => *r,
+                    None => {
+                        estimated += 1;
+                        estimates.get(i, t).rate
+                    }
+                };
+                table.set_isolated(&j.name, j.gang, ty, rate);
+            }
+            // Types the cluster lacks are kept (the table is the file's).
+            for (ty, rate) in j.throughput.iter().filter(|(t, _)| !gpu_types.contains(t)) {
                 table.set_isolated(&j.name, j.gang, ty, *rate);
             }
             Job {
@@ -229,7 +264,11 @@ pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
             }
         })
         .collect();
-    (model, table.with_source("the jobs' throughput estimates"))
+    let source = match estimated {
+        0 => "the jobs' throughput estimates".to_string(),
+        n => format!("the jobs' throughput estimates ({n} not given: estimated)"),
+    };
+    (model, table.with_source(source), estimated)
 }
 
 #[cfg(test)]
@@ -291,13 +330,18 @@ throughput = { v100 = 4.0, k80 = 1.0 }
 "#;
         let jobs = parse_jobs(text, "j.toml").unwrap();
         assert_eq!(jobs[0].name, "a", "sorted by arrival");
-        let (model, table) = to_model(&jobs);
+        let types = ["v100".to_string(), "k80".to_string()];
+        let (model, table, estimated) = to_model(&jobs, &types);
         assert_eq!(model[0].scale_factor, 2);
+        // b gave only v100 (2.0); a's k80/v100 ratio (1/4) estimates its k80.
+        assert_eq!(estimated, 1);
+        let b_k80 = table.isolated("b", 1, "k80").unwrap();
+        assert!((b_k80 - 0.5).abs() < 1e-9, "{b_k80}");
         assert_eq!(table.isolated("a", 2, "k80"), Some(1.0));
         assert_eq!(model[0].batch, hadar_core::job::BatchInfo::default());
         let text = "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\n\
                     batch_size=32\nnoise_scale=400.0";
-        let (model, _) = to_model(&parse_jobs(text, "j.toml").unwrap());
+        let (model, _, _) = to_model(&parse_jobs(text, "j.toml").unwrap(), &types);
         assert_eq!(model[0].batch.size, Some(32.0));
         assert_eq!(model[0].batch.noise_scale, Some(400.0));
         for (bad, needle) in [
