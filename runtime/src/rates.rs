@@ -74,7 +74,8 @@ mod tests {
                 .iter()
                 .find(|r| r.job == job && r.gpu_type == ty)
                 .unwrap();
-            (r.source.as_str(), r.rate, r.measurements)
+            // (Rates round-trip through logs: to 1e-9.)
+            (r.source.as_str(), (r.rate * 1e9).round() / 1e9, r.measurements)
         };
         assert_eq!(get("a", "v100"), ("measured", 8.0, 1));
         assert_eq!(get("a", "k80"), ("given", 1.0, 0));
