@@ -140,3 +140,54 @@ async fn unknown_nodes_are_refused() {
         other => panic!("expected an unknown node, got {other:?}"),
     }
 }
+
+/// A job's `[job.slurm] srun_args` reach its step as srun options, each word
+/// as it was written: the step gets the 3 CPUs per task it asked for (Slurm
+/// says so in `scontrol show step`, and sets `SLURM_CPUS_PER_TASK` in the
+/// task); an option Hadar controls is refused before anything starts.
+#[tokio::test]
+async fn a_jobs_own_srun_options_reach_its_step() {
+    let h = harness("k80a");
+    let (b, t) = (&h.backend, &h.target);
+    let mut s = spec(
+        t,
+        "srun-args",
+        vec![
+            "sh".into(),
+            "-c".into(),
+            "echo \"cpus=$SLURM_CPUS_PER_TASK\"; sleep 30".into(),
+        ],
+        1,
+    );
+    s.options = toml::toml! { srun_args = ["--cpus-per-task", "3", "--comment=hadar test; $(id)"] };
+    let task = b.launch(&s).await.expect("launch");
+    let shown = std::process::Command::new("scontrol")
+        .args(["show", "step", &task.id])
+        .output()
+        .expect("scontrol");
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(shown.contains("CPUs=3"), "{shown}");
+    let start = Instant::now();
+    let log = loop {
+        let log = std::fs::read_to_string(s.workdir.join("task.log")).unwrap_or_default();
+        if log.contains("cpus=") || start.elapsed() > Duration::from_secs(10) {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(log.contains("cpus=3"), "{log}");
+    b.cleanup(&task).await.expect("cleanup");
+
+    let mut bad = spec(t, "srun-args-bad", vec!["true".into()], 1);
+    bad.options = toml::toml! { srun_args = ["--mem=1G", "--overlap"] };
+    match b.launch(&bad).await {
+        Err(BackendError::Invalid(m)) => {
+            assert!(
+                m.contains("job-srun-args-bad") && m.contains("--overlap"),
+                "{m}"
+            )
+        }
+        other => panic!("expected a refused option, got {other:?}"),
+    }
+    assert!(!bad.workdir.exists(), "nothing was started");
+}

@@ -25,6 +25,7 @@
 mod cmd;
 pub mod config;
 mod lease;
+mod step_options;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -42,6 +43,7 @@ use hadar_backend::{
 use tokio::io::AsyncBufReadExt;
 
 pub use cmd::{expand_hostlist, gpu_alias, parse_gres, step_name, DEFAULT_ALIASES};
+pub use step_options::{check_job_options, check_srun_args, JOB_KEYS};
 
 /// The task's log, in its directory.
 pub const LOG_FILE: &str = "task.log";
@@ -60,6 +62,10 @@ pub const FACTORY: Factory = Factory {
     about: "job steps in one Slurm allocation (nodes and GPU types from sinfo)",
     node_keys: &[],
     build,
+    job_options: Some(hadar_backend::registry::JobOptions {
+        keys: step_options::JOB_KEYS,
+        check: step_options::check_job_options,
+    }),
 };
 
 fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
@@ -760,6 +766,18 @@ impl Backend for SlurmBackend {
                 spec.placement.len()
             )));
         }
+        // The site's options for every step, then the job's own (srun
+        // takes the last of an option given twice: the job's wins).
+        let job_args = step_options::job_srun_args(&spec.options).map_err(|m| {
+            BackendError::Invalid(format!("job {}: [job.slurm] {m}", spec.job_name))
+        })?;
+        let extra: Vec<String> = self
+            .options
+            .srun_args
+            .iter()
+            .chain(&job_args)
+            .cloned()
+            .collect();
         let a = self.allocation().await?;
         if !a.nodes.contains_key(node) {
             if a.unusable.iter().any(|n| n == node) {
@@ -792,7 +810,7 @@ impl Backend for SlurmBackend {
             name: &name,
             log: &log,
             workdir: dir,
-            extra: &self.options.srun_args,
+            extra: &extra,
             argv: &spec.argv,
         });
         let mut c = self.spawned(&argv);
