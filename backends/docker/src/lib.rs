@@ -319,7 +319,7 @@ pub fn create_body(
         init: Some(true),
         shm_size: Some((shm_mb * 1024 * 1024) as i64),
         network_mode: Some(options.network.clone()),
-        binds: node.shared_fs.then(|| vec![format!("{workdir}:{workdir}")]),
+        binds: binds(node.shared_fs, &workdir, &options.mounts),
         device_requests: nvidia.then(|| vec![gpu_request(&gpus)]),
         ..Default::default()
     };
@@ -336,6 +336,17 @@ pub fn create_body(
         host_config: Some(host_config),
         ..Default::default()
     })
+}
+
+/// The container's bind mounts: its task directory where the node shares
+/// this machine's files, then the backend's `mounts`.
+fn binds(shared_fs: bool, workdir: &str, mounts: &[String]) -> Option<Vec<String>> {
+    let v: Vec<String> = shared_fs
+        .then(|| format!("{workdir}:{workdir}"))
+        .into_iter()
+        .chain(mounts.iter().cloned())
+        .collect();
+    (!v.is_empty()).then_some(v)
 }
 
 /// An exit code as the contract has it: `None` for a death by signal
@@ -1222,6 +1233,20 @@ mod tests {
             .unwrap();
         assert_eq!(hc.shm_size, Some(64 * 1024 * 1024));
         assert_eq!(hc.binds, None);
+        let with_mounts = DockerOptions {
+            mounts: vec!["/opt/bin:/opt/bin:ro".into()],
+            ..DockerOptions::default()
+        };
+        let hc = |shared| {
+            create_body(&s, &node(false, shared), &with_mounts)
+                .unwrap()
+                .host_config
+                .unwrap()
+                .binds
+                .unwrap()
+        };
+        assert_eq!(hc(false), ["/opt/bin:/opt/bin:ro"]);
+        assert_eq!(hc(true), ["/runs/x/j4:/runs/x/j4", "/opt/bin:/opt/bin:ro"]);
         s.options = toml::Table::new();
         let err = create_body(&s, &node(false, false), &DockerOptions::default()).unwrap_err();
         assert!(err.to_string().contains("no image"), "{err}");
