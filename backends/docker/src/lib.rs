@@ -28,7 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::errors::Error as DockerError;
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, ContainerSummaryStateEnum as State, DeviceRequest, HostConfig,
+};
 use bollard::query_parameters::{
     ContainerArchiveInfoOptions, CreateContainerOptions, DownloadFromContainerOptions,
     KillContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
@@ -1039,9 +1041,10 @@ impl Backend for DockerBackend {
             "label".to_string(),
             vec![format!("{}={}", labels::TOKEN, task.token)],
         )]);
+        // Every state, not only running ones: see `created` below.
         let list = match docker
             .list_containers(Some(ListContainersOptions {
-                all: false,
+                all: true,
                 filters: Some(filters),
                 ..Default::default()
             }))
@@ -1050,17 +1053,28 @@ impl Backend for DockerBackend {
             Ok(l) => l,
             Err(e) => return Err(self.fail(node, "list", e).await),
         };
-        Ok(list
-            .into_iter()
-            .filter(|c| {
-                c.labels
-                    .as_ref()
-                    .and_then(|l| l.get(labels::TOKEN))
-                    .is_some_and(|t| *t == task.token)
-            })
-            .find_map(|c| c.id)
-            .filter(|id| is_container_id(id))
-            .map(|id| TaskHandle { id, ..task.clone() }))
+        let mut found = None;
+        for c in list {
+            let ours = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::TOKEN))
+                .is_some_and(|t| *t == task.token);
+            let Some(id) = c.id.filter(|id| ours && is_container_id(id)) else {
+                continue;
+            };
+            match c.state {
+                Some(State::RUNNING | State::PAUSED | State::RESTARTING) => found = Some(id),
+                // Created by a run killed before it saw the start through:
+                // its start request may still reach the daemon, after this
+                // answer. Removed (forced: a start already carried out is
+                // killed with it), so that "not found" stays true and the
+                // (job, copy) never runs twice.
+                Some(State::CREATED) => self.remove(node, &id).await?,
+                _ => {}
+            }
+        }
+        Ok(found.map(|id| TaskHandle { id, ..task.clone() }))
     }
 
     async fn fetch(
