@@ -25,6 +25,7 @@
 mod cmd;
 pub mod config;
 mod lease;
+mod orphans;
 mod step_options;
 
 use std::collections::{BTreeMap, HashMap};
@@ -992,11 +993,29 @@ impl Backend for SlurmBackend {
 
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
         let name = step_name(&task.token);
-        let v = self.view(STOP_REFRESH, Want::Steps).await?;
-        Ok(v.steps.iter().find(|s| s.name == name).map(|s| TaskHandle {
-            id: s.id.clone(),
-            ..task.clone()
-        }))
+        let found = |v: &View| {
+            v.steps.iter().find(|s| s.name == name).map(|s| TaskHandle {
+                id: s.id.clone(),
+                ..task.clone()
+            })
+        };
+        if let Some(h) = found(&*self.view(STOP_REFRESH, Want::Steps).await?) {
+            return Ok(Some(h));
+        }
+        // Not there yet is not "never": a killed run's srun may still be
+        // waiting to create the step. Killed first, then asked again: a
+        // step it created meanwhile is the task; else none can come.
+        let n = {
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || orphans::kill_sruns_named(&name))
+                .await
+                .unwrap_or(0)
+        };
+        if n == 0 {
+            return Ok(None);
+        }
+        tracing::warn!("killed {n} srun(s) of step {name} still waiting to create it");
+        Ok(found(&*self.view(Duration::ZERO, Want::Steps).await?))
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
