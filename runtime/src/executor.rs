@@ -143,6 +143,15 @@ impl RealRounds<'_> {
                 changed.insert(r.job);
             }
         }
+        // HadarE's copies are averaged at every round boundary (the fork
+        // model's rho was measured so): a job running as several copies
+        // stops them all here, they are merged, and the next round's copies
+        // start from the average, also where their placement stays.
+        for r in &self.state.running {
+            if self.state.running.iter().filter(|o| o.job == r.job).count() > 1 {
+                changed.insert(r.job);
+            }
+        }
         for (job, copy) in desired.keys() {
             let running_job = self.state.running.iter().any(|r| r.job == *job);
             let running_task = self

@@ -218,6 +218,64 @@ async fn a_jobs_file_without_throughputs_runs_on_measured_rates() {
     assert!(knowledge.measurements >= measured.len() as u64);
 }
 
+/// Runs the first active job as two copies on the same two GPUs every round.
+struct TwoCopies;
+
+impl Scheduler for TwoCopies {
+    fn name(&self) -> &str {
+        "two-copies"
+    }
+    fn plan(&mut self, ctx: &RoundContext<'_>) -> hadar_core::Result<Decision> {
+        let tasks = ctx
+            .state
+            .active
+            .iter()
+            .take(1)
+            .flat_map(|&j| {
+                (0..2).map(move |c| Task {
+                    job: j,
+                    copy: c,
+                    gpus: vec![GpuId(c)],
+                })
+            })
+            .collect();
+        Ok(Decision {
+            tasks,
+            solved: false,
+        })
+    }
+}
+
+/// HadarE averages a job's copies at every round boundary, also when the
+/// plan keeps them where they are: each round starts new copies from the
+/// merged checkpoint (before, copies that kept their GPUs ran on unmerged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_that_keep_their_gpus_are_still_merged_every_round() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(PolicyKind::HadarE, dir.path(), 6000);
+    cfg.custom_scheduler = Some(CustomScheduler(Arc::new(|_| Ok(Box::new(TwoCopies)))));
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
+    }
+    let tasks: Vec<String> = std::fs::read_dir(dir.path().join("tasks"))
+        .expect("tasks")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let rounds_of_job0_copy1: std::collections::BTreeSet<&str> = tasks
+        .iter()
+        .filter(|t| t.starts_with("job0-") && t.contains("-copy1-"))
+        .filter_map(|t| t.split('-').nth(1))
+        .collect();
+    assert!(
+        rounds_of_job0_copy1.len() >= 2,
+        "job 0's second copy started in one round only (never merged): {tasks:?}"
+    );
+}
+
 /// Gives job 0 the same GPU twice.
 struct Invalid;
 
