@@ -12,14 +12,21 @@
 //! env = { HADAR_TRAINER_ITER_US = "200" }        # extra environment (optional)
 //! batch_size = 64                     # examples per step of one copy (optional; HadarE's fork model)
 //! noise_scale = 1000.0                # gradient noise scale B_noise, same unit (optional)
+//! gpu_types = ["v100", "k80"]         # the types it accepts (default: every type)
+//! fork = false                        # HadarE never copies it (default true)
 //! ```
+//!
+//! Instead of `gang` (and `gpu_types`), ordered alternatives whose gang
+//! changes with the type, best first (a tie goes to the earlier one):
+//! `alternatives = [{ type = "a100", gang = 1 }, { type = "v100", gang = 2 }]`;
+//! a `throughput` rate on a type is then the rate of the job's gang there.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use hadar_backend::{Signal, StopPolicy};
 use hadar_core::error::{parse_toml, read_to_string, Error, Location, Result};
-use hadar_core::job::{Job, JobId, Launch};
+use hadar_core::job::{Job, JobId, Launch, Placement, Shape};
 use hadar_core::throughput::ThroughputTable;
 use serde::Deserialize;
 
@@ -33,9 +40,9 @@ pub struct RunJob {
     pub command: Vec<String>,
     /// Total iterations.
     pub iterations: u64,
-    /// Gang size.
-    #[serde(default = "one")]
-    pub gang: u32,
+    /// Gang size (default 1); not with `alternatives`, use [`RunJob::gang`].
+    #[serde(default)]
+    pub gang: Option<u32>,
     /// Arrival, in seconds after the start.
     #[serde(default)]
     pub arrival: f64,
@@ -67,9 +74,57 @@ pub struct RunJob {
     /// `batch_size` (default: the fork model's table; docs/algorithm.md).
     #[serde(default)]
     pub noise_scale: Option<f64>,
+    /// The GPU types it accepts, at `gang` (default: every type).
+    #[serde(default)]
+    pub gpu_types: Option<Vec<String>>,
+    /// Ordered alternatives: GPU types with a gang size each, best first.
+    #[serde(default)]
+    pub alternatives: Option<Vec<Alternative>>,
+    /// Whether HadarE may run copies of it (default true).
+    #[serde(default = "yes")]
+    pub fork: bool,
+}
+
+/// One of a job's alternatives: a GPU type and its gang size there.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Alternative {
+    /// GPU type name, as the cluster file names it.
+    #[serde(rename = "type")]
+    pub gpu_type: String,
+    /// GPUs at once on that type.
+    pub gang: u32,
 }
 
 impl RunJob {
+    /// Its gang size: `gang`, else its first alternative's, else 1.
+    pub fn gang(&self) -> u32 {
+        let first = self.alternatives.as_ref().and_then(|a| a.first());
+        self.gang.or(first.map(|a| a.gang)).unwrap_or(1)
+    }
+
+    /// The shapes it accepts, in order of preference (empty: every type).
+    pub fn shapes(&self) -> Vec<Shape> {
+        if let Some(alts) = &self.alternatives {
+            return alts
+                .iter()
+                .map(|a| Shape {
+                    gpu_type: a.gpu_type.clone(),
+                    gang: a.gang,
+                })
+                .collect();
+        }
+        let gang = self.gang();
+        self.gpu_types
+            .iter()
+            .flatten()
+            .map(|ty| Shape {
+                gpu_type: ty.clone(),
+                gang,
+            })
+            .collect()
+    }
+
     /// How this job's tasks are stopped: its own signal and grace period
     /// where it gives them, the run's otherwise.
     pub fn stop_policy(&self, run: StopPolicy) -> StopPolicy {
@@ -86,8 +141,8 @@ impl RunJob {
     }
 }
 
-fn one() -> u32 {
-    1
+fn yes() -> bool {
+    true
 }
 
 fn one_f() -> f64 {
@@ -126,9 +181,10 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
         if j.iterations == 0 {
             return Err(Error::parse(f("iterations"), "must be at least 1"));
         }
-        if j.gang == 0 {
+        if j.gang == Some(0) {
             return Err(Error::parse(f("gang"), "must be at least 1"));
         }
+        check_shapes(j, &f)?;
         if !(j.arrival >= 0.0 && j.arrival.is_finite()) {
             return Err(Error::parse(f("arrival"), "must be seconds >= 0"));
         }
@@ -199,6 +255,76 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
     Ok(jobs)
 }
 
+/// Checks `gpu_types` and `alternatives`: not both, not with `gang`
+/// (alternatives give a gang per type), each type once, gangs of at least
+/// one GPU, and `throughput` only on types the job accepts. Whether the
+/// types are in the cluster is checked against it (`Workload::new`).
+fn check_shapes(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    if j.alternatives.is_some() && j.gpu_types.is_some() {
+        return Err(Error::parse(
+            f("alternatives"),
+            "give `gpu_types` (one gang on each) or `alternatives` (a gang per type), not both",
+        ));
+    }
+    if j.alternatives.is_some() && j.gang.is_some() {
+        return Err(Error::parse(
+            f("gang"),
+            "with `alternatives` each alternative gives its gang; drop `gang`",
+        ));
+    }
+    for (field, given) in [
+        ("gpu_types", j.gpu_types.as_ref().map(Vec::len)),
+        ("alternatives", j.alternatives.as_ref().map(Vec::len)),
+    ] {
+        if given == Some(0) {
+            return Err(Error::parse(
+                f(field),
+                "empty; list at least one GPU type, or leave the field out for every type",
+            ));
+        }
+    }
+    let field = if j.alternatives.is_some() {
+        "alternatives"
+    } else {
+        "gpu_types"
+    };
+    let shapes = j.shapes();
+    for (i, s) in shapes.iter().enumerate() {
+        if s.gang == 0 {
+            return Err(Error::parse(
+                f(&format!("{field}[{i}].gang")),
+                "must be at least 1",
+            ));
+        }
+        if shapes[..i].iter().any(|o| o.gpu_type == s.gpu_type) {
+            return Err(Error::parse(
+                f(&format!("{field}[{i}]")),
+                format!(
+                    "GPU type `{}` appears twice; give each type once",
+                    s.gpu_type
+                ),
+            ));
+        }
+    }
+    if !shapes.is_empty() {
+        if let Some(ty) = j
+            .throughput
+            .keys()
+            .find(|ty| !shapes.iter().any(|s| &s.gpu_type == *ty))
+        {
+            let accepted: Vec<&str> = shapes.iter().map(|s| s.gpu_type.as_str()).collect();
+            return Err(Error::parse(
+                f(&format!("throughput.{ty}")),
+                format!(
+                    "`{ty}` is not a type the job accepts ({}); add it to `{field}` or drop the rate",
+                    accepted.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The engine's view: jobs (their names are their types) and a throughput
 /// table made of their estimates.
 pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
@@ -207,13 +333,19 @@ pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
         .iter()
         .enumerate()
         .map(|(i, j)| {
+            let shapes = j.shapes();
             for (ty, rate) in &j.throughput {
-                table.set_isolated(&j.name, j.gang, ty, *rate);
+                // The rate on a type is that of the job's gang there.
+                let gang = shapes
+                    .iter()
+                    .find(|s| &s.gpu_type == ty)
+                    .map_or(j.gang(), |s| s.gang);
+                table.set_isolated(&j.name, gang, ty, *rate);
             }
             Job {
                 id: JobId(i as u32),
                 job_type: j.name.clone(),
-                scale_factor: j.gang,
+                scale_factor: j.gang(),
                 total_steps: j.iterations,
                 arrival_s: j.arrival,
                 priority_weight: j.weight,
@@ -225,6 +357,10 @@ pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
                 batch: hadar_core::job::BatchInfo {
                     size: j.batch_size,
                     noise_scale: j.noise_scale,
+                },
+                placement: Placement {
+                    shapes,
+                    fork: j.fork,
                 },
             }
         })

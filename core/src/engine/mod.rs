@@ -522,13 +522,12 @@ fn learn_rates(
     let cluster = workload.cluster();
     let mut changed = false;
     for (t, r) in plan.tasks.iter().zip(&report.tasks) {
-        let job = &workload.jobs()[t.job.index()];
         let whole = r.busy_s >= 0.5 * settings.round_s && r.steps > 0;
         let kept = previous.contains(&(t.job, t.copy, t.gpus.clone()));
         let (Some(ty), true, true, 0) = (r.gpu_type, whole, kept, t.copy) else {
             continue;
         };
-        if t.gpus.len() != job.scale_factor as usize {
+        if Some(t.gpus.len() as u32) != workload.gang(t.job.index(), ty) {
             continue;
         }
         let rate = r.steps as f64 / r.busy_s;

@@ -55,7 +55,9 @@ impl View {
         let mut table = estimated.unwrap_or_else(|| (**full.table()).clone());
         for m in measured {
             let job = &full.jobs()[m.job as usize];
-            table.set_isolated(&job.job_type, job.scale_factor, &m.gpu_type, m.rate);
+            if let Some(gang) = job.gang_on(&m.gpu_type) {
+                table.set_isolated(&job.job_type, gang, &m.gpu_type, m.rate);
+            }
         }
         let workload = Workload::new(
             full.jobs().to_vec(),
