@@ -174,7 +174,9 @@ pub fn forked_makespan_lower_bound(workload: &Workload, model: ForkModel) -> Res
             }
         }
         let r = best_copy_rate(workload, j);
-        for (a, slope) in curves.curve(j).envelope(max_copies) {
+        // A job with `fork = false` runs one copy: its gang.
+        let copies = if job.placement.fork { max_copies } else { 1 };
+        for (a, slope) in curves.curve(j).envelope(copies) {
             // steps <= r a (T - arrival) + slope R
             let mut e = Expression::from(0.0);
             e.add_mul(r * a, t_end);
@@ -252,7 +254,12 @@ pub fn forked_jct_lower_bound(
     let curves = ForkCurves::new(model, workload)?;
     let max_copies = workload.cluster().nodes().len() as u32;
     Ok(crate::metrics::mean(jobs.into_iter().map(|j| {
-        let r = best_copy_rate(workload, j) * curves.curve(j).best(max_copies);
+        let copies = if workload.jobs()[j].placement.fork {
+            max_copies
+        } else {
+            1
+        };
+        let r = best_copy_rate(workload, j) * curves.curve(j).best(copies);
         workload.jobs()[j].total_steps as f64 / r.max(1e-12)
     })))
 }

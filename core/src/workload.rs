@@ -406,6 +406,45 @@ mod tests {
             err.contains("needs 8 GPUs, but the cluster has only 6"),
             "{err}"
         );
+        let shaped = |shapes: &[(&str, u32)]| {
+            let mut j = job("A3C", 1);
+            j.placement.shapes = shapes
+                .iter()
+                .map(|&(ty, gang)| crate::job::Shape {
+                    gpu_type: ty.into(),
+                    gang,
+                })
+                .collect();
+            j
+        };
+        let ok = Workload::new(
+            vec![shaped(&[("k80", 1), ("v100", 1)])],
+            cluster.clone(),
+            table.clone(),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(ok.gang(0, GpuTypeId(0)), Some(1));
+        assert_eq!(ok.gang(0, GpuTypeId(1)), None, "p100 is not accepted");
+        assert_eq!(ok.rate(0, GpuTypeId(1)), 0.0);
+        assert_eq!(ok.preference_of(0)[2], 0, "k80 first");
+        for (shapes, needle) in [
+            (
+                &[("a100", 1)][..],
+                "job 0 (`A3C`) accepts GPU type `a100`, which the cluster does not have",
+            ),
+            (
+                &[("v100", 1), ("v100", 1)][..],
+                "lists GPU type `v100` twice",
+            ),
+            (&[("v100", 0)][..], "gang 0 on `v100`"),
+        ] {
+            let err = Workload::new(vec![shaped(shapes)], cluster.clone(), table.clone(), "t")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{err}");
+            assert!(err.contains("field `gpu_types/alternatives`"), "{err}");
+        }
         let a100 = Arc::new(Cluster::from_short_form("a100=4", 1).unwrap());
         let err = Workload::new(vec![job("A3C", 1)], a100, table, "t")
             .unwrap_err()

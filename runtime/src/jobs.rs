@@ -409,6 +409,73 @@ mod tests {
     }
 
     #[test]
+    fn gpu_types_alternatives_and_fork() {
+        let one = |extra: &str| {
+            format!("[[job]]\nname = \"a\"\ncommand = [\"t\"]\niterations = 10\n{extra}")
+        };
+        let text = one(
+            "alternatives = [{ type = \"a100\", gang = 1 }, { type = \"v100\", gang = 2 }]\n\
+             throughput = { a100 = 10.0, v100 = 12.0 }\nfork = false\n",
+        );
+        let (model, table) = to_model(&parse_jobs(&text, "j.toml").unwrap());
+        let job = &model[0];
+        assert_eq!(job.scale_factor, 1, "the first alternative's gang");
+        assert_eq!(
+            (job.gang_on("a100"), job.gang_on("v100")),
+            (Some(1), Some(2))
+        );
+        assert_eq!(job.gang_on("k80"), None);
+        assert!(!job.placement.fork);
+        assert_eq!(table.isolated("a", 2, "v100"), Some(12.0), "at v100's gang");
+        assert_eq!(table.isolated("a", 1, "a100"), Some(10.0));
+        let text = one("gang = 2\ngpu_types = [\"v100\", \"k80\"]\nthroughput = { k80 = 1.0 }\n");
+        let (model, table) = to_model(&parse_jobs(&text, "j.toml").unwrap());
+        assert_eq!(model[0].placement.shapes.len(), 2);
+        assert_eq!(
+            (model[0].gang_on("k80"), model[0].gang_on("p100")),
+            (Some(2), None)
+        );
+        assert!(model[0].placement.fork, "fork by default");
+        assert_eq!(table.isolated("a", 2, "k80"), Some(1.0));
+        for (bad, needle) in [
+            (
+                "gang = 2\nalternatives = [{ type = \"v100\", gang = 2 }]\nthroughput = { v100 = 1.0 }",
+                "job[0].gang`: with `alternatives` each alternative gives its gang",
+            ),
+            (
+                "gpu_types = [\"v100\"]\nalternatives = [{ type = \"v100\", gang = 2 }]\n\
+                 throughput = { v100 = 1.0 }",
+                "job[0].alternatives`: give `gpu_types`",
+            ),
+            (
+                "alternatives = [{ type = \"v100\", gang = 0 }]\nthroughput = { v100 = 1.0 }",
+                "job[0].alternatives[0].gang",
+            ),
+            (
+                "alternatives = [{ type = \"v100\", gang = 1 }, { type = \"v100\", gang = 2 }]\n\
+                 throughput = { v100 = 1.0 }",
+                "job[0].alternatives[1]`: GPU type `v100` appears twice",
+            ),
+            (
+                "gpu_types = [\"k80\", \"k80\"]\nthroughput = { k80 = 1.0 }",
+                "job[0].gpu_types[1]",
+            ),
+            ("gpu_types = []\nthroughput = { k80 = 1.0 }", "job[0].gpu_types`: empty"),
+            (
+                "gpu_types = [\"k80\"]\nthroughput = { k80 = 1.0, v100 = 2.0 }",
+                "job[0].throughput.v100`: `v100` is not a type the job accepts (k80)",
+            ),
+            (
+                "alternatives = [{ type = \"v100\", gang = 1, colour = 2 }]\nthroughput = { v100 = 1.0 }",
+                "unknown field",
+            ),
+        ] {
+            let err = parse_jobs(&one(bad), "j.toml").unwrap_err().to_string();
+            assert!(err.contains(needle), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn parses_and_checks() {
         let text = r#"
 [[job]]
