@@ -300,7 +300,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
 }
 
 /// Every job needs a throughput estimate for every GPU type of the cluster
-/// (a rough one will do: measured rates replace it as the job runs).
+/// it accepts (a rough one will do: measured rates replace it as the job
+/// runs).
 fn check_rates(
     jobs: &[hadar_runtime::RunJob],
     cluster: &Cluster,
@@ -308,9 +309,11 @@ fn check_rates(
 ) -> Result<(), CliError> {
     let types = cluster.gpu_types();
     for j in jobs {
+        let shapes = j.shapes();
+        let accepts = |t: &str| shapes.is_empty() || shapes.iter().any(|s| s.gpu_type == t);
         let missing: Vec<&str> = types
             .iter()
-            .filter(|t| !j.throughput.contains_key(t.as_str()))
+            .filter(|t| accepts(t) && !j.throughput.contains_key(t.as_str()))
             .map(String::as_str)
             .collect();
         if !missing.is_empty() {
