@@ -137,12 +137,21 @@ fn with_the_a100s_taken_by_a_job_that_needs_them_it_takes_two_v100s() {
             ("y", "a100", 2, 12.0),
         ],
     );
-    let r = run(&w, PolicyKind::Hadar, SimSettings::default()).unwrap();
-    assert_eq!(placements(&r, 1), vec![("a100".to_string(), 2)]);
-    let x = placements(&r, 0);
-    assert_eq!(x[0], ("v100".to_string(), 2), "{x:?}");
-    // Once y is done, x moves to the A100 it prefers (one GPU).
-    assert!(x.contains(&("a100".to_string(), 1)), "{x:?}");
+    for knowledge in [ThroughputKnowledge::Oracle, ThroughputKnowledge::Measured] {
+        let settings = SimSettings {
+            knowledge: KnowledgeSettings {
+                throughput_knowledge: knowledge,
+                ..KnowledgeSettings::default()
+            },
+            ..SimSettings::default()
+        };
+        let r = run(&w, PolicyKind::Hadar, settings).unwrap();
+        assert_eq!(placements(&r, 1), vec![("a100".to_string(), 2)]);
+        let x = placements(&r, 0);
+        assert_eq!(x[0], ("v100".to_string(), 2), "{knowledge:?} {x:?}");
+        // Once y is done, x moves to the A100 it prefers (one GPU).
+        assert!(x.contains(&("a100".to_string(), 1)), "{knowledge:?} {x:?}");
+    }
 }
 
 #[test]
@@ -274,4 +283,33 @@ fn fork_false_keeps_a_job_out_of_hadares_copies() {
             assert_eq!((copies, most), (0, 1));
         }
     }
+}
+
+#[test]
+fn measured_rates_are_at_each_types_gang_and_only_on_accepted_types() {
+    let w = workload(
+        vec![
+            job(0, "x", 3_600, vec![shape("a100", 1), shape("v100", 2)]),
+            job(1, "y", 3_600, vec![shape("v100", 1)]),
+        ],
+        &[
+            ("x", "a100", 1, 12.0),
+            ("x", "v100", 2, 10.0),
+            ("y", "v100", 1, 5.0),
+        ],
+    );
+    let mut model = crate::estimate::RateModel::default();
+    model.observe(&crate::estimate::Kind::new("x", 2), "v100", 9.0);
+    let seen =
+        crate::engine::estimated_workload(&w, &model, &KnowledgeSettings::default()).unwrap();
+    let table = seen.table();
+    // x's measured rate on v100 is its gang of 2's; on a100 its gang is 1.
+    let v100 = table.isolated("x", 2, "v100").unwrap();
+    assert!((v100 - 9.0).abs() < 1e-9, "{v100}");
+    assert!(table.isolated("x", 1, "a100").is_some_and(|r| r > 0.0));
+    assert_eq!(table.isolated("x", 1, "v100"), None);
+    assert_eq!(table.isolated("x", 2, "a100"), None);
+    // y accepts only v100: no rate anywhere else.
+    assert_eq!(table.isolated("y", 1, "a100"), None);
+    assert_eq!(seen.rate(1, crate::cluster::GpuTypeId(0)), 0.0);
 }
