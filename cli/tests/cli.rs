@@ -521,9 +521,14 @@ fn run_real_jobs_locally_then_status() {
     let jobs = dir.path().join("jobs.toml");
     let mut text = String::new();
     for (i, gang) in [1, 2, 1].iter().enumerate() {
+        // j2 leaves its rates out: the run measures them.
+        let rates = match i {
+            2 => "",
+            _ => "throughput = { v100 = 3000.0, k80 = 1000.0 }\n",
+        };
         text.push_str(&format!(
             "[[job]]\nname = \"j{i}\"\ncommand = [\"{}\"]\niterations = 2000\ngang = {gang}\n\
-             throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\nenv = {{ HADAR_TRAINER_ITER_US = \"200\" }}\n\n",
+             {rates}env = {{ HADAR_TRAINER_ITER_US = \"200\" }}\n\n",
             trainer.display()
         ));
     }
@@ -564,6 +569,35 @@ fn run_real_jobs_locally_then_status() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
     assert_eq!(v["jobs"][2]["state"], "finished");
+    // Where each rate the run planned with came from: j0 gave its rates,
+    // j2 none (so none of j2's is `given`).
+    let rates = v["rates"].as_array().expect("rates");
+    let types = ["v100", "k80"];
+    assert_eq!(rates.len(), 3 * types.len(), "{rates:?}");
+    let from = |job: &str, ty: &str| {
+        let r = rates
+            .iter()
+            .find(|r| r["job"] == job && r["gpu_type"] == ty)
+            .unwrap_or_else(|| panic!("{job} on {ty}: {rates:?}"));
+        r["source"].as_str().expect("source").to_string()
+    };
+    for ty in types {
+        assert!(["given", "measured"].contains(&from("j0", ty).as_str()));
+        assert_ne!(from("j2", ty), "given");
+    }
+    // Nothing known of j2 at the start: it is believed to run as the jobs
+    // of its gang size do (j0's 3000/s given on v100), not at 1/s.
+    let j2 = |ty: &str| {
+        rates
+            .iter()
+            .find(|r| r["job"] == "j2" && r["gpu_type"] == ty)
+            .and_then(|r| r["rate"].as_f64())
+            .expect("j2's rate")
+    };
+    assert!(j2("v100") >= 1000.0, "{rates:?}");
+    let o = hadar(&["status", "--state", state.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("rates, iterations/s"), "{}", stdout(&o));
     // A missing program is named, with how to get it.
     std::fs::write(
         dir.path().join("bad.toml"),

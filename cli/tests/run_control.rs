@@ -211,8 +211,16 @@ fn a_deleted_checkpoint_is_said_and_counted_and_a_finished_run_says_so() {
             })
             .unwrap_or_default()
     };
-    // Kill it when such a job shows, look again with it dead; resume and
-    // try again if the moment passed.
+    // Stop it (Ctrl-C: its tasks checkpoint and exit) once some work is
+    // checkpointed: every unfinished job is then waiting, its checkpoint the
+    // only copy of its work. Resume and try again if nothing was held yet.
+    let held = || {
+        std::fs::read_to_string(run.state.join("state.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["jobs"].as_array().cloned())
+            .is_some_and(|jobs| jobs.iter().any(|j| j["held"].as_u64() > Some(0)))
+    };
     let t0 = Instant::now();
     let chosen = loop {
         assert!(
@@ -220,10 +228,10 @@ fn a_deleted_checkpoint_is_said_and_counted_and_a_finished_run_says_so() {
             "no waiting job with a checkpoint was seen"
         );
         let mut child = run.start(&[]);
-        while child.try_wait().expect("wait").is_none() && waiting_with_work().is_empty() {
+        while child.try_wait().expect("wait").is_none() && !held() {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let _ = child.kill();
+        signal(child.id(), "-INT");
         child.wait().expect("wait");
         let found = waiting_with_work();
         if !found.is_empty() {
@@ -262,7 +270,6 @@ fn a_deleted_checkpoint_is_said_and_counted_and_a_finished_run_says_so() {
     assert!(out.contains("this run had already finished"), "{out}");
     assert!(out.contains(" ago"), "{out}");
     assert!(out.contains("--fresh"), "{out}");
-    let _ = signal; // (used by the other tests)
 }
 
 /// With the default, relative `--state hadar-run`, tasks (which run in
@@ -346,14 +353,18 @@ fn a_job_that_never_checkpoints_stops_the_run_with_the_reason() {
     let partial = dir.path().join("partial.toml");
     std::fs::write(
         &partial,
-        "[[job]]\nname = \"p\"\ncommand = [\"/bin/true\"]\niterations = 5\nthroughput = { k80 = 1.0 }\n",
+        "[[job]]\nname = \"p\"\ncommand = [\"/bin/true\"]\niterations = 5\nthroughput = { v10 = 1.0 }\n",
     )
     .expect("jobs");
+    // A type may be left out (the run measures it), not misspelt.
     let o = run("v100=1,k80=1", &partial);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(
-        err.contains("partial.toml: job p has no throughput for GPU type v100"),
+        err.contains(
+            "partial.toml: job p has a throughput for GPU type v10, which the cluster does not \
+             have (it has v100, k80)"
+        ),
         "{err}"
     );
     assert!(

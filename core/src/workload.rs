@@ -46,7 +46,9 @@ impl Workload {
     ) -> Result<Self> {
         let location = Location::new(source);
         for ty in cluster.gpu_types() {
-            if !table.has_gpu_type(ty) {
+            // A type no job accepts (`gpu_types`) needs no rates.
+            let wanted = jobs.iter().any(|j| j.gang_on(ty).is_some());
+            if wanted && !table.has_gpu_type(ty) {
                 let known: Vec<&str> = table.gpu_types().collect();
                 return Err(Error::inconsistent(
                     Location::new("cluster"),

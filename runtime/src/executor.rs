@@ -707,6 +707,10 @@ impl RoundExecutor for RealRounds<'_> {
 
     fn save(&mut self, state: &LoopState) -> hadar_core::Result<()> {
         self.state.loop_state = Some(state.clone());
+        if let Some(k) = &state.knowledge {
+            let types = self.cluster.gpu_types();
+            self.state.rates = crate::rates::believed(&self.config.jobs, types, &k.model);
+        }
         self.persist().map_err(RunError::into_core)
     }
 }

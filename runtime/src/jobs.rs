@@ -8,7 +8,7 @@
 //! gang = 1                            # GPUs at once (default 1)
 //! arrival = 0.0                       # seconds after the run starts (default 0)
 //! weight = 1.0                        # priority weight (default 1)
-//! throughput = { v100 = 2000.0, k80 = 700.0 }   # iterations/s estimates per GPU type
+//! throughput = { v100 = 2000.0, k80 = 700.0 }   # iterations/s estimates per GPU type (optional)
 //! env = { HADAR_TRAINER_ITER_US = "200" }        # extra environment (optional)
 //! batch_size = 64                     # examples per step of one copy (optional; HadarE's fork model)
 //! noise_scale = 1000.0                # gradient noise scale B_noise, same unit (optional)
@@ -26,6 +26,7 @@ use std::path::Path;
 
 use hadar_backend::{Signal, StopPolicy};
 use hadar_core::error::{parse_toml, read_to_string, Error, Location, Result};
+use hadar_core::estimate::{Kind, RateModel};
 use hadar_core::job::{Job, JobId, Launch, Placement, Shape};
 use hadar_core::throughput::ThroughputTable;
 use serde::Deserialize;
@@ -49,7 +50,10 @@ pub struct RunJob {
     /// Priority weight.
     #[serde(default = "one_f")]
     pub weight: f64,
-    /// Iterations/s of the whole gang on each GPU type (estimates).
+    /// Iterations/s of the whole gang on each GPU type (estimates; any
+    /// type may be left out, or all: the run measures the rates, and
+    /// estimates those not measured yet from the other jobs').
+    #[serde(default)]
     pub throughput: BTreeMap<String, f64>,
     /// Extra environment (never a variable of the job protocol).
     #[serde(default)]
@@ -101,6 +105,21 @@ impl RunJob {
     pub fn gang(&self) -> u32 {
         let first = self.alternatives.as_ref().and_then(|a| a.first());
         self.gang.or(first.map(|a| a.gang)).unwrap_or(1)
+    }
+
+    /// Its gang on GPU type `ty`; `None` where it does not accept the type.
+    pub fn gang_on(&self, ty: &str) -> Option<u32> {
+        let shapes = self.shapes();
+        if shapes.is_empty() {
+            return Some(self.gang());
+        }
+        shapes.iter().find(|s| s.gpu_type == ty).map(|s| s.gang)
+    }
+
+    /// What the throughput model calls it on type `ty`: its name at its
+    /// gang there (`None`: it does not accept the type).
+    pub fn kind_on(&self, ty: &str) -> Option<Kind> {
+        self.gang_on(ty).map(|g| Kind::new(&self.name, g))
     }
 
     /// The shapes it accepts, in order of preference (empty: every type).
@@ -211,10 +230,11 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
                 "is set by Hadar for every task (the job protocol); a job cannot override it",
             ));
         }
-        if j.throughput.values().all(|r| *r <= 0.0) {
+        if !j.throughput.is_empty() && j.throughput.values().all(|r| *r <= 0.0) {
             return Err(Error::parse(
                 f("throughput"),
-                "give at least one GPU type with a rate > 0 (iterations/s)",
+                "every rate is 0, so the job could run nowhere: give a GPU type a rate > 0 \
+                 (iterations/s), or leave `throughput` out for the run to measure it",
             ));
         }
         for (field, value) in [("batch_size", j.batch_size), ("noise_scale", j.noise_scale)] {
@@ -325,21 +345,74 @@ fn check_shapes(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
     Ok(())
 }
 
+/// The rates the jobs file gives, as the throughput model's evidence
+/// (measured rates join them as the run goes).
+pub fn given_rates(jobs: &[RunJob]) -> RateModel {
+    let mut model = RateModel::default();
+    for j in jobs {
+        for (ty, rate) in &j.throughput {
+            // Checked by `parse_jobs`: a job gives rates only on types it
+            // accepts, each the rate of its gang there.
+            if let Some(kind) = j.kind_on(ty) {
+                model.give(&kind, ty, *rate);
+            }
+        }
+    }
+    model
+}
+
+/// The distinct kinds (a job's name at its gang on a type) of `jobs` on
+/// `gpu_types`, and each job's kind on each type, `of[job * types + type]`
+/// (`None`: the job does not accept the type).
+pub fn kinds(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Kind>, Vec<Option<usize>>) {
+    let mut kinds: Vec<Kind> = Vec::new();
+    let mut of = Vec::with_capacity(jobs.len() * gpu_types.len());
+    for j in jobs {
+        for ty in gpu_types {
+            of.push(j.kind_on(ty).map(|k| {
+                kinds.iter().position(|x| *x == k).unwrap_or_else(|| {
+                    kinds.push(k);
+                    kinds.len() - 1
+                })
+            }));
+        }
+    }
+    (kinds, of)
+}
+
 /// The engine's view: jobs (their names are their types) and a throughput
-/// table made of their estimates.
-pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
+/// table of their rates on `gpu_types` they accept, each at the job's gang
+/// on the type: the ones the file gives, the others estimated from them
+/// (type-to-type ratios of the jobs that give several,
+/// [`RateModel::estimate`]; 1 iteration/s where nothing is known). Returns
+/// how many rates were estimated.
+pub fn to_model(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Job>, ThroughputTable, usize) {
+    let (kinds, kind_of) = kinds(jobs, gpu_types);
+    let estimates = given_rates(jobs).estimate(&kinds, gpu_types);
+    let nt = gpu_types.len();
     let mut table = ThroughputTable::default();
+    let mut estimated = 0;
     let model = jobs
         .iter()
         .enumerate()
         .map(|(i, j)| {
             let shapes = j.shapes();
-            for (ty, rate) in &j.throughput {
-                // The rate on a type is that of the job's gang there.
-                let gang = shapes
-                    .iter()
-                    .find(|s| &s.gpu_type == ty)
-                    .map_or(j.gang(), |s| s.gang);
+            for (t, ty) in gpu_types.iter().enumerate() {
+                let Some(k) = kind_of[i * nt + t] else {
+                    continue; // not accepted: no rate
+                };
+                let rate = match j.throughput.get(ty) {
+                    Some(r) => *r,
+                    None => {
+                        estimated += 1;
+                        estimates.get(k, t).rate
+                    }
+                };
+                table.set_isolated(&j.name, kinds[k].scale_factor, ty, rate);
+            }
+            // Types the cluster lacks are kept (the table is the file's).
+            for (ty, rate) in j.throughput.iter().filter(|(t, _)| !gpu_types.contains(t)) {
+                let gang = j.gang_on(ty).unwrap_or(j.gang());
                 table.set_isolated(&j.name, gang, ty, *rate);
             }
             Job {
@@ -365,7 +438,11 @@ pub fn to_model(jobs: &[RunJob]) -> (Vec<Job>, ThroughputTable) {
             }
         })
         .collect();
-    (model, table.with_source("the jobs' throughput estimates"))
+    let source = match estimated {
+        0 => "the jobs' throughput estimates".to_string(),
+        n => format!("the jobs' throughput estimates ({n} not given: estimated)"),
+    };
+    (model, table.with_source(source), estimated)
 }
 
 #[cfg(test)]
@@ -417,7 +494,10 @@ mod tests {
             "alternatives = [{ type = \"a100\", gang = 1 }, { type = \"v100\", gang = 2 }]\n\
              throughput = { a100 = 10.0, v100 = 12.0 }\nfork = false\n",
         );
-        let (model, table) = to_model(&parse_jobs(&text, "j.toml").unwrap());
+        let types: Vec<String> = ["a100", "v100", "k80"].map(String::from).to_vec();
+        let (model, table, estimated) = to_model(&parse_jobs(&text, "j.toml").unwrap(), &types);
+        assert_eq!(estimated, 0, "no rate on k80, which it does not accept");
+        assert_eq!(table.isolated("a", 1, "k80"), None);
         let job = &model[0];
         assert_eq!(job.scale_factor, 1, "the first alternative's gang");
         assert_eq!(
@@ -429,7 +509,10 @@ mod tests {
         assert_eq!(table.isolated("a", 2, "v100"), Some(12.0), "at v100's gang");
         assert_eq!(table.isolated("a", 1, "a100"), Some(10.0));
         let text = one("gang = 2\ngpu_types = [\"v100\", \"k80\"]\nthroughput = { k80 = 1.0 }\n");
-        let (model, table) = to_model(&parse_jobs(&text, "j.toml").unwrap());
+        let (model, table, estimated) = to_model(&parse_jobs(&text, "j.toml").unwrap(), &types);
+        assert_eq!(estimated, 1, "v100 at gang 2, estimated");
+        assert!(table.isolated("a", 2, "v100").is_some());
+        assert_eq!(table.isolated("a", 2, "a100"), None);
         assert_eq!(model[0].placement.shapes.len(), 2);
         assert_eq!(
             (model[0].gang_on("k80"), model[0].gang_on("p100")),
@@ -494,13 +577,18 @@ throughput = { v100 = 4.0, k80 = 1.0 }
 "#;
         let jobs = parse_jobs(text, "j.toml").unwrap();
         assert_eq!(jobs[0].name, "a", "sorted by arrival");
-        let (model, table) = to_model(&jobs);
+        let types = ["v100".to_string(), "k80".to_string()];
+        let (model, table, estimated) = to_model(&jobs, &types);
         assert_eq!(model[0].scale_factor, 2);
+        // b gave only v100 (2.0); a's k80/v100 ratio (1/4) estimates its k80.
+        assert_eq!(estimated, 1);
+        let b_k80 = table.isolated("b", 1, "k80").unwrap();
+        assert!((b_k80 - 0.5).abs() < 1e-9, "{b_k80}");
         assert_eq!(table.isolated("a", 2, "k80"), Some(1.0));
         assert_eq!(model[0].batch, hadar_core::job::BatchInfo::default());
         let text = "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\n\
                     batch_size=32\nnoise_scale=400.0";
-        let (model, _) = to_model(&parse_jobs(text, "j.toml").unwrap());
+        let (model, _, _) = to_model(&parse_jobs(text, "j.toml").unwrap(), &types);
         assert_eq!(model[0].batch.size, Some(32.0));
         assert_eq!(model[0].batch.noise_scale, Some(400.0));
         for (bad, needle) in [

@@ -16,6 +16,7 @@ pub mod control;
 mod executor;
 pub mod jobs;
 pub mod parallel;
+pub mod rates;
 pub mod state;
 mod testing;
 
@@ -26,6 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hadar_backend::{Backend, BackendError, StopPolicy};
 use hadar_core::cluster::Cluster;
+use hadar_core::engine::{KnowledgeSettings, KnowledgeState, LoopState, ThroughputKnowledge};
 use hadar_core::metrics::RunResult;
 use hadar_core::scheduler::{PolicyKind, Scheduler, SchedulerSettings};
 use hadar_core::sim::{Experiment, SimSettings};
@@ -193,6 +195,10 @@ pub struct RunConfig {
     pub custom_scheduler: Option<CustomScheduler>,
     /// Hung tasks, stop requests, starting over.
     pub guards: Guards,
+    /// Optimism for rates not measured yet (and not given): the scheduler
+    /// sees them this much faster, so a job is tried where it might be
+    /// faster (`--exploration-bonus`; 1.0 by measurement, docs/knowledge.md).
+    pub exploration_bonus: f64,
 }
 
 /// What keeps a run from hanging or losing work, beyond its plan.
@@ -340,9 +346,11 @@ fn difference(saved: &str, now: &str) -> String {
 }
 
 /// The workload of a run: the jobs (their names are their types) on the
-/// cluster, with the jobs file's estimates as the table.
+/// cluster, with the jobs file's estimates as the table (the rates it does
+/// not give estimated from those it does: [`jobs::to_model`]). The
+/// scheduler plans on what the run measures ([`knowledge`]).
 pub fn workload(config: &RunConfig) -> Result<Arc<Workload>, RunError> {
-    let (jobs, table) = jobs::to_model(&config.jobs);
+    let (jobs, table, _) = jobs::to_model(&config.jobs, config.cluster.gpu_types());
     Ok(Arc::new(Workload::new(
         jobs,
         config.cluster.clone(),
@@ -378,12 +386,17 @@ pub async fn run(
     let workload = workload(&config)?;
     let state = initial_state(&config)?;
     let already_finished = state.finished;
-    let resume = state.loop_state.clone();
+    let resume = Some(with_given_rates(
+        state.loop_state.clone(),
+        &workload,
+        &config.jobs,
+    ));
     let experiment = Experiment::new(
         workload,
         SimSettings {
             round_s: config.round_s,
             scheduler: config.scheduler.clone(),
+            knowledge: knowledge(&config),
             ..SimSettings::default()
         },
     )?;
@@ -401,12 +414,12 @@ pub async fn run(
             Some(custom) => {
                 let mut make = |w: &Workload| (custom.0)(w);
                 experiment
-                    .run_with("custom", &mut make, &mut exec, resume, true, &mut |_| {})
+                    .run_with("custom", &mut make, &mut exec, resume, &mut |_| {})
                     .await
             }
             None => {
                 experiment
-                    .run_on(config.policy, &mut exec, resume, true, &mut |_| {})
+                    .run_on(config.policy, &mut exec, resume, &mut |_| {})
                     .await
             }
         }
@@ -431,6 +444,28 @@ pub async fn run(
         already_finished,
         finished_unix_s: exec.state.finished_unix_s,
     })
+}
+
+/// What a real run's scheduler knows of the rates: only what it measures,
+/// beside what the jobs file gives (the same model as `hadar simulate
+/// --throughput-knowledge measured`, docs/knowledge.md).
+pub fn knowledge(config: &RunConfig) -> KnowledgeSettings {
+    KnowledgeSettings {
+        throughput_knowledge: ThroughputKnowledge::Measured,
+        exploration_bonus: config.exploration_bonus,
+        ..KnowledgeSettings::default()
+    }
+}
+
+/// The loop's state to start or resume from: a new run's holds the rates
+/// the jobs file gives as the throughput model's evidence (a saved one has
+/// them already, with what it measured since).
+fn with_given_rates(saved: Option<LoopState>, workload: &Workload, jobs: &[RunJob]) -> LoopState {
+    let mut st = saved.unwrap_or_else(|| LoopState::new(workload));
+    if st.knowledge.is_none() {
+        st.knowledge = Some(KnowledgeState::new(jobs::given_rates(jobs), workload));
+    }
+    st
 }
 
 /// The saved state of these jobs' run, checked, or a new one.
@@ -458,6 +493,7 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             loop_state: None,
             finished: false,
             finished_unix_s: None,
+            rates: Vec::new(),
         }),
     }
 }

@@ -90,6 +90,10 @@ pub struct RunState {
     /// When it finished (Unix seconds).
     #[serde(default)]
     pub finished_unix_s: Option<f64>,
+    /// What the run believes each job runs at on each type, and from where
+    /// (as of the last saved round; for `hadar status`).
+    #[serde(default)]
+    pub rates: Vec<crate::rates::BelievedRate>,
 }
 
 impl RunState {
@@ -204,6 +208,7 @@ mod tests {
             loop_state: None,
             finished: false,
             finished_unix_s: None,
+            rates: Vec::new(),
         }
     }
 

@@ -94,6 +94,7 @@ fn run_config(policy: PolicyKind, dir: &Path, remote: &Path) -> RunConfig {
         remote_dir: Some(remote.to_path_buf()),
         custom_scheduler: None,
         guards: hadar_runtime::Guards::default(),
+        exploration_bonus: 1.0,
     }
 }
 

@@ -24,16 +24,36 @@ gpus = { k80 = 2 }
 "#;
 
 fn jobs_toml(iterations: u64) -> String {
+    jobs_with(iterations, "throughput = { v100 = 3000.0, k80 = 1000.0 }\n")
+}
+
+/// Four trainer jobs (gangs 1, 2, 1, 1), each with the `rates` line.
+fn jobs_with(iterations: u64, rates: &str) -> String {
     let trainer = local_trainer().display().to_string();
     let mut s = String::new();
     for (i, (gang, arrival)) in [(1, 0.0), (2, 0.0), (1, 0.5), (1, 1.0)].iter().enumerate() {
         s.push_str(&format!(
             "[[job]]\nname = \"job{i}\"\ncommand = [\"{trainer}\"]\niterations = {iterations}\n\
-             gang = {gang}\narrival = {arrival}\nthroughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
+             gang = {gang}\narrival = {arrival}\n{rates}\
              env = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n\n"
         ));
     }
     s
+}
+
+/// (kind, type) -> (measured rate, measurements) in a saved run's model.
+fn measured_rates(dir: &std::path::Path) -> Vec<(String, String, f64, u64)> {
+    let state = load_state(dir).expect("state").expect("saved");
+    let model = state
+        .loop_state
+        .expect("the loop's state")
+        .knowledge
+        .expect("the run's throughput model")
+        .model;
+    model
+        .entries()
+        .filter_map(|(k, ty, m, _, n)| Some((k.model.clone(), ty.to_string(), m?, n)))
+        .collect()
 }
 
 fn config(policy: PolicyKind, dir: &std::path::Path, iterations: u64) -> RunConfig {
@@ -49,6 +69,7 @@ fn config(policy: PolicyKind, dir: &std::path::Path, iterations: u64) -> RunConf
         remote_dir: None,
         custom_scheduler: None,
         guards: hadar_runtime::Guards::default(),
+        exploration_bonus: 1.0,
     }
 }
 
@@ -92,16 +113,15 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
     // Measured throughput replaces the jobs file's estimates: the "k80"
     // GPUs here are the same CPU as the "v100" ones, far faster than the
     // 1000 iterations/s the file guessed.
-    let state = load_state(dir.path()).expect("state").expect("saved");
-    let measured = state.loop_state.expect("the loop's state").measured;
+    let measured = measured_rates(dir.path());
     // A rate is measured from a task that kept its GPUs for a whole round:
     // HadarE's copies come and go with the jobs' progress, so whether one
     // did in a run this short depends on the machine's pace.
     if policy == PolicyKind::Hadar {
         assert!(!measured.is_empty(), "rates were measured");
     }
-    if let Some(k80) = measured.iter().find(|m| m.gpu_type == "k80") {
-        assert!(k80.rate > 1200.0, "{k80:?}");
+    if let Some(k80) = measured.iter().find(|m| m.1 == "k80") {
+        assert!(k80.2 > 1200.0, "{k80:?}");
     }
     std::fs::read_dir(dir.path().join("tasks"))
         .expect("tasks")
@@ -147,6 +167,7 @@ async fn an_interrupted_run_resumes_without_redoing_work() {
         .map(|j| j.done_steps)
         .sum();
     assert!(done_before > 0, "progress was saved");
+    let measured_before = measured_rates(dir.path());
     // A new runtime with a new backend picks it up.
     let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
@@ -160,6 +181,41 @@ async fn an_interrupted_run_resumes_without_redoing_work() {
         .expect("tasks")
         .count();
     assert!(tasks >= 4);
+    // What was measured before the cut was kept, and added to.
+    let measured_after = measured_rates(dir.path());
+    for (kind, ty, _, n) in &measured_before {
+        assert!(
+            measured_after
+                .iter()
+                .any(|m| (&m.0, &m.1) == (kind, ty) && m.3 >= *n),
+            "{kind} on {ty}: {measured_before:?} then {measured_after:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_file_without_throughputs_runs_on_measured_rates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(PolicyKind::Hadar, dir.path(), 3000);
+    cfg.jobs = parse_jobs(&jobs_with(3000, ""), "jobs.toml").expect("jobs without rates");
+    assert!(cfg.jobs.iter().all(|j| j.throughput.is_empty()));
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
+    }
+    // Every rate the scheduler planned with came from the run: nothing was
+    // given, and the rates measured are the trainer's (300 us/iteration on
+    // any "GPU" here: far above the 1 iteration/s assumed at the start).
+    let measured = measured_rates(dir.path());
+    assert!(!measured.is_empty(), "rates were measured");
+    for (kind, ty, rate, n) in &measured {
+        assert!(*n >= 1 && *rate > 100.0, "{kind} on {ty}: {rate} from {n}");
+    }
+    let knowledge = report.result.summary.knowledge.expect("measured mode");
+    assert!(knowledge.measurements >= measured.len() as u64);
 }
 
 /// Gives job 0 the same GPU twice.

@@ -109,6 +109,7 @@ fn run_config(policy: PolicyKind, iterations: u64, dir: &Path, remote: &Path) ->
         remote_dir: Some(remote.to_path_buf()),
         custom_scheduler: None,
         guards: hadar_runtime::Guards::default(),
+        exploration_bonus: 1.0,
     }
 }
 

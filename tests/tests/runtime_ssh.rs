@@ -107,6 +107,7 @@ fn run_config(
         remote_dir: Some(remote.to_path_buf()),
         custom_scheduler: None,
         guards: hadar_runtime::Guards::default(),
+        exploration_bonus: 1.0,
     }
 }
 

@@ -87,6 +87,12 @@ pub struct RunArgs {
     /// files aside (to DIR.old-<time>) instead of resuming it.
     #[arg(long)]
     pub fresh: bool,
+    /// Optimism for rates neither given nor measured yet: the scheduler sees
+    /// them this much faster (1.0: twice), so that a job is tried where it
+    /// might be faster. Rates the jobs file gives are planned with as given
+    /// until measured.
+    #[arg(long, default_value_t = hadar_core::engine::KnowledgeSettings::default().exploration_bonus, value_name = "F")]
+    pub exploration_bonus: f64,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -261,6 +267,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         remote_dir: args.remote_dir.clone(),
         custom_scheduler: None,
         guards,
+        exploration_bonus: args.exploration_bonus,
     };
     let bars = Bars::new(!args.json);
     let job_bars: Vec<ProgressBar> = config
@@ -299,9 +306,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     print_report(&config, &args, &report)
 }
 
-/// Every job needs a throughput estimate for every GPU type of the cluster
-/// it accepts (a rough one will do: measured rates replace it as the job
-/// runs).
+/// A job's throughput may leave out any GPU type (the run measures it), but
+/// may not name a type the cluster lacks: a misspelt `v10` would otherwise
+/// leave `v100` to be estimated without a word.
 fn check_rates(
     jobs: &[hadar_runtime::RunJob],
     cluster: &Cluster,
@@ -309,21 +316,13 @@ fn check_rates(
 ) -> Result<(), CliError> {
     let types = cluster.gpu_types();
     for j in jobs {
-        let shapes = j.shapes();
-        let accepts = |t: &str| shapes.is_empty() || shapes.iter().any(|s| s.gpu_type == t);
-        let missing: Vec<&str> = types
-            .iter()
-            .filter(|t| accepts(t) && !j.throughput.contains_key(t.as_str()))
-            .map(String::as_str)
-            .collect();
-        if !missing.is_empty() {
+        if let Some(ty) = j.throughput.keys().find(|t| !types.contains(t)) {
             return Err(CliError::Input(format!(
-                "{}: job {} has no throughput for GPU type {} (the cluster has {}): add it to \
-                 the job's `throughput = {{ ... }}` in iterations per second; a rough guess \
-                 will do, the run measures the real rate and uses it",
+                "{}: job {} has a throughput for GPU type {}, which the cluster does not have \
+                 (it has {}): fix the name, or leave the type out",
                 file.display(),
                 escape(&j.name),
-                missing.join(", "),
+                escape(ty),
                 types.join(", ")
             )));
         }
@@ -503,6 +502,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             "round": round,
             "finished": state.finished,
             "jobs": jobs,
+            "rates": state.rates,
         }))
         .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
         println!("{text}");
@@ -539,5 +539,55 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         if state.finished { " (finished)" } else { "" }
     );
     print!("{}", t.render());
+    print_rates(&state.rates);
     Ok(())
+}
+
+/// The rates the run plans with, a row per job and a column per GPU type:
+/// `1234.5 m3` measured (3 times), `g` given, `e` estimated, `p` prior.
+fn print_rates(rates: &[hadar_runtime::rates::BelievedRate]) {
+    let mut types: Vec<&str> = Vec::new();
+    let mut jobs: Vec<&str> = Vec::new();
+    for r in rates {
+        if !types.contains(&r.gpu_type.as_str()) {
+            types.push(&r.gpu_type);
+        }
+        if !jobs.contains(&r.job.as_str()) {
+            jobs.push(&r.job);
+        }
+    }
+    if rates.is_empty() {
+        return;
+    }
+    let header: Vec<String> = std::iter::once("job".to_string())
+        .chain(types.iter().map(|t| escape(t)))
+        .collect();
+    let mut t = Table::new(header).left_columns(1);
+    for job in &jobs {
+        let cells = types.iter().map(|ty| {
+            rates
+                .iter()
+                .find(|r| r.job == *job && r.gpu_type == *ty)
+                .map_or("-".into(), |r| {
+                    let from = match r.source.as_str() {
+                        "measured" => format!("m{}", r.measurements),
+                        "given" => "g".into(),
+                        "estimated" => "e".into(),
+                        _ => "p".into(),
+                    };
+                    format!("{:.1} {from}", r.rate)
+                })
+        });
+        t.row(
+            std::iter::once(escape(job))
+                .chain(cells)
+                .collect::<Vec<_>>(),
+        );
+    }
+    println!(
+        "\nrates, iterations/s of the whole gang (m3: measured 3 times; g: given in the jobs \
+         file; e: estimated from the job's other types through type ratios; p: nothing known \
+         yet, what similar jobs run at):"
+    );
+    print!("{}", t.render());
 }

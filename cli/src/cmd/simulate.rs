@@ -351,12 +351,22 @@ fn load_jobs(
     gpus_per_node: u32,
 ) -> Result<(Arc<Workload>, String), CliError> {
     let jobs = hadar_runtime::jobs::read_jobs(path)?;
-    let (jobs, table) = hadar_runtime::jobs::to_model(&jobs);
     let cluster = Arc::new(Cluster::from_arg(
         cluster,
         gpus_per_node,
         &crate::backends::registry().node_keys(),
     )?);
+    // Rates the file leaves out are estimated as `hadar run` starts from
+    // them; here the simulator also runs the jobs at those estimates.
+    let (jobs, table, estimated) = hadar_runtime::jobs::to_model(&jobs, cluster.gpu_types());
+    if estimated > 0 {
+        tracing::warn!(
+            "{}: {estimated} (job, GPU type) rates are not given; simulated at estimates \
+             (type ratios of the jobs that give several, else 1 iteration/s): give them \
+             for a simulation that predicts the run",
+            path.display()
+        );
+    }
     let source = path.display().to_string();
     let workload = Workload::new(jobs, cluster, Arc::new(table), &source)?;
     Ok((Arc::new(workload), source))

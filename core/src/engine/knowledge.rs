@@ -310,7 +310,10 @@ impl Knowledge {
                 let rate = match e.source {
                     Source::Measured => e.rate,
                     Source::Prior => fastest(t, kind.scale_factor).unwrap_or(e.rate) * bonus,
-                    Source::Given | Source::Ratio => e.rate * bonus,
+                    // A rate the user gave is their estimate: planned with
+                    // as given until measured (no optimism on top of it).
+                    Source::Given => e.rate,
+                    Source::Ratio => e.rate * bonus,
                 };
                 table.set_isolated(&kind.model, kind.scale_factor, ty, rate);
             }
@@ -500,7 +503,7 @@ impl Knowledge {
             })
             .collect();
         format!(
-            "round {} job {job} rates believed: {} (those not measured shown to the policy {:.2}x); {}",
+            "round {} job {job} rates believed: {} (those estimated shown to the policy {:.2}x); {}",
             plan.index,
             rates.join(", "),
             1.0 + self.settings.exploration_bonus,

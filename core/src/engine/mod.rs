@@ -2,7 +2,8 @@
 //! -> check -> executor -> progress -> state -> metrics.
 //!
 //! The simulator and real runs differ only in the [`RoundExecutor`] they
-//! hand the loop (and in [`LoopSettings::learn_rates`]). The loop's whole
+//! hand the loop (real runs plan on measured rates: [`KnowledgeSettings`]).
+//! The loop's whole
 //! state is one serializable [`LoopState`], given to the executor to save
 //! after every round, so a real run killed at any moment resumes where its
 //! last saved round left it.
@@ -21,7 +22,7 @@ pub use knowledge::{
     estimated_workload, Convergence, KnowledgeReport, KnowledgeSettings, KnowledgeState,
     ThroughputKnowledge,
 };
-pub use view::{MeasuredRate, SchedulerFactory};
+pub use view::SchedulerFactory;
 
 use crate::cluster::GpuId;
 use crate::error::{Error, Result};
@@ -47,9 +48,6 @@ pub struct LoopSettings {
     /// Stop once every job with an id in this range has finished (Gavel's
     /// continuous experiments); `None`: run until every job has finished.
     pub window: Option<(u32, u32)>,
-    /// Replace the table's rates with the ones measured from the tasks'
-    /// progress as rounds go by (real runs, whose tables are estimates).
-    pub learn_rates: bool,
     /// What the scheduler knows of the rates (oracle, or measured only).
     pub knowledge: KnowledgeSettings,
     /// The job `--explain` follows: its lines are kept across rebuilds of
@@ -95,8 +93,6 @@ pub struct LoopState {
     pub decisions: Vec<DecisionRecord>,
     /// Nodes lost (no more tasks go there).
     pub gone: Vec<String>,
-    /// Rates learned from measured progress.
-    pub measured: Vec<MeasuredRate>,
     /// What went wrong along the way, for the report.
     pub warnings: Vec<String>,
     /// The throughput model (measured mode).
@@ -121,7 +117,6 @@ impl LoopState {
             gpu_busy_s: vec![0.0; gpus],
             decisions: Vec::new(),
             gone: Vec::new(),
-            measured: Vec::new(),
             warnings: Vec::new(),
             knowledge: None,
         }
@@ -138,10 +133,6 @@ impl LoopState {
                 .active
                 .iter()
                 .all(|j| j.index() < self.jobs.jobs.len())
-            && self
-                .measured
-                .iter()
-                .all(|m| (m.job as usize) < workload.jobs().len() && m.rate.is_finite())
     }
 }
 
@@ -219,11 +210,13 @@ pub async fn run_rounds(
                 "the saved state does not belong to these jobs and this cluster",
             ))
         }
-        None => {
-            check::affordable(workload, settings.round_s)?;
-            LoopState::new(workload)
-        }
+        None => LoopState::new(workload),
     };
+    // (A state handed in before its first round, a real run's with the
+    // rates its jobs file gave, is checked as a new one is.)
+    if st.round == 0 {
+        check::affordable(workload, settings.round_s)?;
+    }
     settings.knowledge.check()?;
     // The simulator's table is the truth its estimates are followed against.
     let mut know = Knowledge::new(
@@ -239,13 +232,7 @@ pub async fn run_rounds(
                 .view_table(workload, &st.knowledge.as_ref()?.model),
         )
     };
-    let mut view = View::build(
-        workload,
-        &st.gone,
-        &st.measured,
-        estimated(&know, &st),
-        lp.scheduler,
-    )?;
+    let mut view = View::build(workload, &st.gone, estimated(&know, &st), lp.scheduler)?;
     let mut arrived: Vec<JobId> = Vec::new();
     let mut completed: Vec<JobId> = Vec::new();
     // The explained job's lines so far, and how many of the present
@@ -328,9 +315,6 @@ pub async fn run_rounds(
                 st.gone.push(node.clone());
             }
         }
-        if settings.learn_rates {
-            remodel |= learn_rates(&mut st, workload, &plan, &report, &previous, settings);
-        }
         if let (Some(k), Some(ks)) = (know.as_mut(), st.knowledge.as_mut()) {
             let kept = |i: usize| {
                 let t = &plan.tasks[i];
@@ -365,13 +349,7 @@ pub async fn run_rounds(
         }
         if remodel {
             seen = 0;
-            view = View::build(
-                workload,
-                &st.gone,
-                &st.measured,
-                estimated(&know, &st),
-                lp.scheduler,
-            )?;
+            view = View::build(workload, &st.gone, estimated(&know, &st), lp.scheduler)?;
             last = None;
         }
         lp.executor.save(&st)?;
@@ -508,41 +486,6 @@ fn apply(
     newly
 }
 
-/// Learns rates from the tasks that ran the whole round as one gang on one
-/// type (kept from the round before, so no start-up in it); whether a rate
-/// moved enough to plan with.
-fn learn_rates(
-    st: &mut LoopState,
-    workload: &Workload,
-    plan: &RoundPlan,
-    report: &RoundReport,
-    previous: &HashSet<(JobId, u32, Vec<GpuId>)>,
-    settings: &LoopSettings,
-) -> bool {
-    let cluster = workload.cluster();
-    let mut changed = false;
-    for (t, r) in plan.tasks.iter().zip(&report.tasks) {
-        let whole = r.busy_s >= 0.5 * settings.round_s && r.steps > 0;
-        let kept = previous.contains(&(t.job, t.copy, t.gpus.clone()));
-        let (Some(ty), true, true, 0) = (r.gpu_type, whole, kept, t.copy) else {
-            continue;
-        };
-        if Some(t.gpus.len() as u32) != workload.gang(t.job.index(), ty) {
-            continue;
-        }
-        let rate = r.steps as f64 / r.busy_s;
-        let estimate = workload.rate(t.job.index(), ty);
-        changed |= view::learn(
-            &mut st.measured,
-            t.job.0,
-            cluster.gpu_type_name(ty),
-            estimate,
-            rate,
-        );
-    }
-    changed
-}
-
 /// Closes the spans and hands the state over as the outcome.
 fn finish(
     mut st: LoopState,
@@ -673,7 +616,6 @@ mod tests {
         let settings = LoopSettings {
             round_s: 100.0,
             window: Some((0, 2)),
-            learn_rates: false,
             knowledge: KnowledgeSettings::default(),
             explain: None,
         };

@@ -240,11 +240,19 @@ impl RateModel {
                 }
             }
         }
-        let ratios = type_ratios(&logs, nt);
+        // Ratios from what each kind is believed to run at: measured, else
+        // given (a jobs file's estimates relate its types before anything
+        // is measured; measurements replace them).
+        let believed: Vec<Vec<Option<f64>>> = logs
+            .iter()
+            .zip(&given)
+            .map(|(l, g)| l.iter().zip(g).map(|(l, g)| l.or(*g)).collect())
+            .collect();
+        let ratios = type_ratios(&believed, nt);
         let typical = |t: usize, size: Option<u32>| {
             let mut v: Vec<f64> = kinds
                 .iter()
-                .zip(&logs)
+                .zip(&believed)
                 .filter(|(kind, _)| size.is_none_or(|s| kind.scale_factor == s))
                 .filter_map(|(_, row)| row[t].filter(|x| x.is_finite()))
                 .collect();

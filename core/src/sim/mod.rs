@@ -148,19 +148,17 @@ impl Experiment {
     pub fn run(&self, policy: PolicyKind, progress: &mut dyn FnMut(Progress)) -> Result<RunResult> {
         let mut backend = SimBackend::new(self.workload.clone(), self.settings.mixed_rate)
             .with_fork_model(self.settings.fork_model)?;
-        block_on(self.run_on(policy, &mut backend, None, false, progress))
+        block_on(self.run_on(policy, &mut backend, None, progress))
     }
 
     /// Runs `policy` on any executor (the simulator, or a real run's
     /// runtime), from `resume` or the start, and measures the run as a
-    /// simulation is measured. `learn_rates`: the table holds estimates that
-    /// measured progress replaces (real runs).
+    /// simulation is measured.
     pub async fn run_on(
         &self,
         policy: PolicyKind,
         executor: &mut dyn RoundExecutor,
         resume: Option<LoopState>,
-        learn_rates: bool,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<RunResult> {
         let mut scheduler_settings = self.settings.scheduler.clone();
@@ -176,15 +174,8 @@ impl Experiment {
             }
             Ok(s)
         };
-        self.run_with(
-            policy.name(),
-            &mut make,
-            executor,
-            resume,
-            learn_rates,
-            progress,
-        )
-        .await
+        self.run_with(policy.name(), &mut make, executor, resume, progress)
+            .await
     }
 
     /// [`Self::run_on`] with any scheduler (`make` builds it for a
@@ -195,14 +186,12 @@ impl Experiment {
         make: &mut SchedulerFactory<'_>,
         executor: &mut dyn RoundExecutor,
         resume: Option<LoopState>,
-        learn_rates: bool,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<RunResult> {
         let started = Instant::now();
         let loop_settings = LoopSettings {
             round_s: self.settings.round_s,
             window: self.settings.window,
-            learn_rates,
             knowledge: self.settings.knowledge,
             explain: self.settings.explain,
         };

@@ -313,3 +313,25 @@ fn measured_rates_are_at_each_types_gang_and_only_on_accepted_types() {
     assert_eq!(table.isolated("y", 1, "a100"), None);
     assert_eq!(seen.rate(1, crate::cluster::GpuTypeId(0)), 0.0);
 }
+
+#[test]
+fn a_type_no_job_accepts_needs_no_rates() {
+    // The table knows only A100s; the cluster also has V100s.
+    let w = workload(
+        vec![job(0, "x", 3_600, vec![shape("a100", 1)])],
+        &[("x", "a100", 1, 10.0)],
+    );
+    let r = run(&w, PolicyKind::Hadar, SimSettings::default()).unwrap();
+    assert_eq!(types_used(&r, 0), vec!["a100".to_string()]);
+    // A job that accepts every type still needs them all.
+    let mut t = ThroughputTable::default();
+    t.set_isolated("x", 1, "a100", 10.0);
+    let cluster = Arc::new(Cluster::from_short_form("a100=2,v100=2", 2).unwrap());
+    let err = Workload::new(vec![job(0, "x", 10, Vec::new())], cluster, Arc::new(t), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("GPU type `v100` is not in the throughput table"),
+        "{err}"
+    );
+}
