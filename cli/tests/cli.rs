@@ -686,3 +686,51 @@ fn run_killed_with_sigkill_resumes() {
     assert_eq!(v["summary"]["jobs_completed"], 4, "{v}");
     assert!(v["summary"]["makespan_s"].as_f64().expect("makespan") > 0.0);
 }
+
+/// A job's per-backend tables are checked when the jobs file is read,
+/// whichever backend runs: an srun option Hadar sets is refused naming the
+/// job, the table and the option, before any task starts.
+#[test]
+fn per_backend_job_options_are_checked_before_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = dir.path().join("jobs.toml");
+    let state = dir.path().join("state");
+    let job = "[[job]]\nname = \"mnist\"\ncommand = [\"true\"]\niterations = 5\n\
+               throughput = { v100 = 1.0 }\n";
+    for (table, needles) in [
+        (
+            "[job.slurm]\nsrun_args = [\"--mem=1G\", \"-w\", \"gpu1\"]\n",
+            &[
+                "job mnist: [job.slurm] srun_args",
+                "`-w` (--nodelist)",
+                "picks the node",
+            ][..],
+        ),
+        (
+            "[job.slurm]\nextra = [\"--mem=1G\"]\n",
+            &["[job.slurm] unknown key `extra`", "srun_args"],
+        ),
+        (
+            "[job.docker]\nimage = 5\n",
+            &["job mnist: [job.docker] image must be an image name"],
+        ),
+    ] {
+        std::fs::write(&jobs, format!("{job}{table}")).expect("jobs");
+        let o = hadar(&[
+            "run",
+            "--backend",
+            "local",
+            "--cluster",
+            "v100=1",
+            "--jobs",
+            jobs.to_str().expect("utf-8"),
+            "--state",
+            state.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(o.status.code(), Some(3), "{table}: {}", stderr(&o));
+        for n in needles {
+            assert!(stderr(&o).contains(n), "{n:?} not in {}", stderr(&o));
+        }
+        assert!(!state.exists(), "nothing ran");
+    }
+}

@@ -1,7 +1,8 @@
 //! The layered configuration as a user meets it: each layer over the one
 //! below, `hadar config show` naming where each value came from, an unknown
-//! key refused with the nearest known one, and the same jobs run locally and
-//! over SSH and on Slurm from configurations that differ in one line.
+//! key refused with the nearest known one, and the same jobs run locally,
+//! over SSH, on Slurm and in Docker from configurations that differ in one
+//! line.
 
 mod common;
 
@@ -148,12 +149,16 @@ fn an_unknown_key_is_refused_with_the_nearest_known_one() {
     assert!(o.status.success());
 }
 
-/// The same jobs and cluster, on this machine, over SSH and on Slurm: the
-/// configurations differ in the backend's name only. (Docker runs the
-/// command inside its image, so its jobs name the image's program: not the
-/// same jobs file.)
+/// The same jobs and cluster, on this machine, over SSH, on Slurm and in
+/// Docker containers: the configurations differ in the backend's name only.
+/// Every configuration carries every backend's table, and the cluster file
+/// every backend's node keys (`address`, `docker`). In Docker the command
+/// runs inside the test image (busybox plus the trainer's shared
+/// libraries, from `scripts/docker-hosts.sh`): the trainer this build made
+/// is bind-mounted read-only at its own path (`[backend.docker] mounts`),
+/// so the jobs file names the same program everywhere.
 #[test]
-fn the_same_jobs_run_locally_over_ssh_and_on_slurm_by_changing_one_line() {
+fn the_same_jobs_run_locally_over_ssh_on_slurm_and_in_docker_by_changing_one_line() {
     let ssh = Path::new("/var/lib/hadar-test-ssh");
     assert!(
         ssh.join("sshd_h1.pid").is_file(),
@@ -168,15 +173,27 @@ fn the_same_jobs_run_locally_over_ssh_and_on_slurm_by_changing_one_line() {
         slurm_up,
         "slurmctld is not running: start the test cluster with `sudo scripts/slurm-cluster.sh up`"
     );
+    let endpoints =
+        std::fs::read_to_string("/var/lib/hadar-test-docker/endpoints").unwrap_or_default();
+    assert!(
+        endpoints.contains("tcp://10.79.0.11:2375") && endpoints.contains("tcp://10.79.0.12:2375"),
+        "the Docker test daemons are not up: run `sudo scripts/docker-hosts.sh up`"
+    );
     let (_, trainer) = common::binaries();
+    let bin = trainer.parent().expect("the trainer's directory").display();
     let dir = tempfile::tempdir().expect("tempdir");
     let jobs = common::jobs_file(dir.path(), &trainer);
     // Slurm's node names (checked against sinfo), each with the SSH host
-    // that plays it.
+    // and the Docker daemon that play it (namespaces of this machine: they
+    // share its files).
     std::fs::write(
         dir.path().join("cluster.toml"),
-        "[[node]]\nname = \"v100a\"\naddress = \"10.78.0.11\"\ngpus = { v100 = 2 }\n\n\
-         [[node]]\nname = \"k80a\"\naddress = \"10.78.0.13\"\ngpus = { k80 = 2 }\n",
+        "[[node]]\nname = \"v100a\"\naddress = \"10.78.0.11\"\n\
+         docker = \"tcp://10.79.0.11:2375\"\ninsecure = true\nshared_fs = true\n\
+         gpus = { v100 = 2 }\n\n\
+         [[node]]\nname = \"k80a\"\naddress = \"10.78.0.13\"\n\
+         docker = \"tcp://10.79.0.12:2375\"\ninsecure = true\nshared_fs = true\n\
+         gpus = { k80 = 2 }\n",
     )
     .expect("cluster");
     let config = |backend: &str| {
@@ -184,16 +201,21 @@ fn the_same_jobs_run_locally_over_ssh_and_on_slurm_by_changing_one_line() {
             "round_seconds = 1\ncluster = \"cluster.toml\"\njobs = \"{}\"\n\n[backend]\n\
              name = \"{backend}\"\n\n[backend.ssh]\nuser = \"root\"\nkey = \"{}\"\n\
              known_hosts = \"{}\"\n\n[backend.slurm]\npartition = \"hadar\"\n\
-             allocation_name = \"hadar-config-test\"\npoll_seconds = 0.5\n",
+             allocation_name = \"hadar-config-test\"\npoll_seconds = 0.5\n\n\
+             [backend.docker]\nimage = \"hadar-test/trainer:latest\"\n\
+             mounts = [\"{bin}:{bin}:ro\"]\n",
             jobs.display(),
             ssh.join("id_ed25519").display(),
             ssh.join("known_hosts").display()
         )
     };
     let local = config("local");
-    let remote = config("ssh");
-    let slurm = config("slurm");
-    for other in [&remote, &slurm] {
+    let configs = [
+        ("ssh", config("ssh")),
+        ("slurm", config("slurm")),
+        ("docker", config("docker")),
+    ];
+    for (_, other) in &configs {
         let differing: Vec<_> = local
             .lines()
             .zip(other.lines())
@@ -201,8 +223,8 @@ fn the_same_jobs_run_locally_over_ssh_and_on_slurm_by_changing_one_line() {
             .collect();
         assert_eq!(differing.len(), 1, "{differing:?}");
     }
-    for (name, text_of) in [("local", &local), ("ssh", &remote), ("slurm", &slurm)] {
-        std::fs::write(dir.path().join("hadar.toml"), text_of).expect("config");
+    for (name, text_of) in std::iter::once(("local", local.clone())).chain(configs) {
+        std::fs::write(dir.path().join("hadar.toml"), &text_of).expect("config");
         let state = dir.path().join(format!("state-{name}"));
         let o = hadar_in(
             dir.path(),

@@ -345,7 +345,7 @@ impl RealRounds<'_> {
             deadline_unix_s: deadline,
             seed: u64::from(t.copy) * 7919 + round,
             token: format!("{}-{name}", self.state.run_id),
-            options: job.options.clone(),
+            options: job.backend_options(self.backend.name()),
         }
     }
 

@@ -14,6 +14,10 @@
 //! noise_scale = 1000.0                # gradient noise scale B_noise, same unit (optional)
 //! gpu_types = ["v100", "k80"]         # the types it accepts (default: every type)
 //! fork = false                        # HadarE never copies it (default true)
+//! [job.slurm]                         # this job's Slurm options (optional)
+//! srun_args = ["--mem=4G"]            # extra options of its steps (checked by the backend)
+//! [job.docker]                        # this job's Docker options (optional)
+//! image = "lab/train:3"
 //! ```
 //!
 //! Instead of `gang` (and `gpu_types`), ordered alternatives whose gang
@@ -62,6 +66,14 @@ pub struct RunJob {
     /// passed to it untouched.
     #[serde(default)]
     pub options: toml::Table,
+    /// `[job.slurm]`: the Slurm backend's options for this job (`srun_args`),
+    /// read over `options` (see [`RunJob::backend_options`]).
+    #[serde(default)]
+    pub slurm: toml::Table,
+    /// `[job.docker]`: the Docker backend's options for this job (`image`,
+    /// `shm_size_mb`), read over `options`.
+    #[serde(default)]
+    pub docker: toml::Table,
     /// The signal that asks this job's tasks to checkpoint and exit
     /// (`TERM`, `INT`, `USR1`, ...; default: the run's `--stop-signal`).
     #[serde(default)]
@@ -142,6 +154,30 @@ impl RunJob {
                 gang,
             })
             .collect()
+    }
+
+    /// The job's own table for backend `name` (`[job.slurm]`, `[job.docker]`;
+    /// empty for a backend that has none).
+    pub fn backend_table(&self, name: &str) -> &toml::Table {
+        static EMPTY: std::sync::OnceLock<toml::Table> = std::sync::OnceLock::new();
+        match name {
+            "slurm" => &self.slurm,
+            "docker" => &self.docker,
+            _ => EMPTY.get_or_init(toml::Table::new),
+        }
+    }
+
+    /// What backend `name` is given ([`hadar_backend::TaskSpec::options`]):
+    /// the generic `options` with the backend's own table over them (a key
+    /// in both is refused by [`parse_jobs`]).
+    pub fn backend_options(&self, name: &str) -> toml::Table {
+        let mut t = self.options.clone();
+        t.extend(
+            self.backend_table(name)
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        t
     }
 
     /// How this job's tasks are stopped: its own signal and grace period
@@ -242,6 +278,14 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
                 return Err(Error::parse(
                     f(field),
                     format!("{v} is not a size; give a finite number > 0 (examples)"),
+                ));
+            }
+        }
+        for (backend, table) in [("slurm", &j.slurm), ("docker", &j.docker)] {
+            if let Some(k) = table.keys().find(|k| j.options.contains_key(*k)) {
+                return Err(Error::parse(
+                    f(&format!("{backend}.{k}")),
+                    format!("also in `options`; give it once (in [job.{backend}])"),
                 ));
             }
         }
@@ -554,6 +598,36 @@ mod tests {
             ),
         ] {
             let err = parse_jobs(&one(bad), "j.toml").unwrap_err().to_string();
+            assert!(err.contains(needle), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_backend_gets_its_own_table_over_the_generic_options() {
+        let text = "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\n\
+                    options={shm_size_mb=64}\n\
+                    [job.slurm]\nsrun_args=['--mem=4G']\n\
+                    [job.docker]\nimage='lab/t:1'\n";
+        let jobs = parse_jobs(text, "j.toml").unwrap();
+        let docker = jobs[0].backend_options("docker");
+        assert_eq!(docker["image"].as_str(), Some("lab/t:1"));
+        assert_eq!(docker["shm_size_mb"].as_integer(), Some(64));
+        assert!(!docker.contains_key("srun_args"), "not Slurm's table");
+        let slurm = jobs[0].backend_options("slurm");
+        assert_eq!(slurm["srun_args"].as_array().map(Vec::len), Some(1));
+        assert!(!slurm.contains_key("image"));
+        assert_eq!(jobs[0].backend_options("local").len(), 1, "options only");
+        for (bad, needle) in [
+            (
+                "options={image='a'}\n[job.docker]\nimage='b'\n",
+                "`job[0].docker.image`: also in `options`",
+            ),
+            ("[job.lsf]\nqueue='x'\n", "unknown field `lsf`"),
+        ] {
+            let text = format!(
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={{v100=1.0}}\n{bad}"
+            );
+            let err = parse_jobs(&text, "j.toml").unwrap_err().to_string();
             assert!(err.contains(needle), "{bad}: {err}");
         }
     }

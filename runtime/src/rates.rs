@@ -81,7 +81,12 @@ mod tests {
                 .iter()
                 .find(|r| r.job == job && r.gpu_type == ty)
                 .unwrap();
-            (r.source.as_str(), r.rate, r.measurements)
+            // (Rates round-trip through logs: to 1e-9.)
+            (
+                r.source.as_str(),
+                (r.rate * 1e9).round() / 1e9,
+                r.measurements,
+            )
         };
         // (Estimates are kept as logarithms: exp(ln 8) is 8 within 1 ulp.)
         let (from, rate, n) = get("a", "v100");

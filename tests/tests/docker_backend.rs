@@ -192,3 +192,53 @@ async fn an_image_only_one_daemon_has_is_streamed_to_the_others() {
         let _ = docker(url).args(["rmi", &tag]).output();
     }
 }
+
+/// A killed run's launch can leave its container created with its start
+/// request still on the way (sent, not yet carried out by the daemon). The
+/// next run's `find` must not answer "not there" while that container can
+/// still start: the runtime would then launch the (job, copy) again and two
+/// would run at once. `find` removes such a never-started container, so
+/// that a start arriving after its answer finds nothing to run.
+#[tokio::test]
+async fn find_leaves_no_created_container_that_could_start_later() {
+    let b = backend();
+    let token = format!("created-not-started-{}", std::process::id());
+    let name = format!("hadar-test-created-{}", std::process::id());
+    let docker = |args: &[&str]| {
+        std::process::Command::new("docker")
+            .args(["-H", "unix:///var/run/docker.sock"])
+            .args(args)
+            .output()
+            .expect("docker")
+    };
+    let made = docker(&[
+        "create",
+        "--name",
+        &name,
+        "--label",
+        &format!("hadar.token={token}"),
+        "--label",
+        "hadar.run=created-test",
+        IMAGE,
+        "sleep",
+        "30",
+    ]);
+    assert!(made.status.success(), "{made:?}");
+    let handle = hadar_backend::TaskHandle {
+        id: String::new(),
+        nodes: vec!["local".into()],
+        workdir: PathBuf::from("/tmp"),
+        token: token.clone(),
+    };
+    let found = b.find(&handle).await.expect("find");
+    assert_eq!(found, None, "a container that never started is not a task");
+    // The start the killed run had sent arrives now.
+    let _ = docker(&["start", &name]);
+    let running = docker(&["inspect", "-f", "{{.State.Running}}", &name]);
+    let running = String::from_utf8_lossy(&running.stdout).trim().to_string();
+    let _ = docker(&["rm", "-f", &name]);
+    assert_ne!(
+        running, "true",
+        "the container `find` did not report started after it answered"
+    );
+}

@@ -140,3 +140,119 @@ async fn unknown_nodes_are_refused() {
         other => panic!("expected an unknown node, got {other:?}"),
     }
 }
+
+/// A job's `[job.slurm] srun_args` reach its step as srun options, each word
+/// as it was written: the step gets the 3 CPUs per task it asked for (Slurm
+/// says so in `scontrol show step`, and sets `SLURM_CPUS_PER_TASK` in the
+/// task); an option Hadar controls is refused before anything starts.
+#[tokio::test]
+async fn a_jobs_own_srun_options_reach_its_step() {
+    let h = harness("k80a");
+    let (b, t) = (&h.backend, &h.target);
+    let mut s = spec(
+        t,
+        "srun-args",
+        vec![
+            "sh".into(),
+            "-c".into(),
+            "echo \"cpus=$SLURM_CPUS_PER_TASK\"; sleep 30".into(),
+        ],
+        1,
+    );
+    s.options = toml::toml! { srun_args = ["--cpus-per-task", "3", "--comment=hadar test; $(id)"] };
+    let task = b.launch(&s).await.expect("launch");
+    let shown = std::process::Command::new("scontrol")
+        .args(["show", "step", &task.id])
+        .output()
+        .expect("scontrol");
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(shown.contains("CPUs=3"), "{shown}");
+    let start = Instant::now();
+    let log = loop {
+        let log = std::fs::read_to_string(s.workdir.join("task.log")).unwrap_or_default();
+        if log.contains("cpus=") || start.elapsed() > Duration::from_secs(10) {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(log.contains("cpus=3"), "{log}");
+    b.cleanup(&task).await.expect("cleanup");
+
+    let mut bad = spec(t, "srun-args-bad", vec!["true".into()], 1);
+    bad.options = toml::toml! { srun_args = ["--mem=1G", "--overlap"] };
+    match b.launch(&bad).await {
+        Err(BackendError::Invalid(m)) => {
+            assert!(
+                m.contains("job-srun-args-bad") && m.contains("--overlap"),
+                "{m}"
+            )
+        }
+        other => panic!("expected a refused option, got {other:?}"),
+    }
+    assert!(!bad.workdir.exists(), "nothing was started");
+}
+
+/// A killed run's `srun` lives on (it is not killed with `hadar`) and may
+/// still be waiting to create its step when the next run's `find` asks the
+/// controller. `find` must not answer "not there" while that srun can still
+/// create the step: the runtime would launch the (job, copy) again and two
+/// would run at once. Here the srun waits for GPUs that another step holds;
+/// after `find` answered, the GPUs are freed and no step of that name may
+/// appear.
+#[tokio::test]
+async fn find_leaves_no_waiting_srun_that_could_start_later() {
+    let h = harness("v100a");
+    let (b, t) = (&h.backend, &h.target);
+    // Both of v100a's GPUs held.
+    let mut hold = spec(t, "hold", vec!["sleep".into(), "60".into()], 1);
+    hold.placement[0].gpu_types = vec!["v100".into(), "v100".into()];
+    hold.placement[0].gpus = vec![0, 1];
+    let held = b.launch(&hold).await.expect("launch");
+    let job = held.id.split('.').next().expect("job id").to_string();
+    // The killed run's srun, for a token of its own, waiting for a GPU.
+    let token = format!("waiting-srun-{}", std::process::id());
+    let name = hadar_backend_slurm::step_name(&token);
+    let mut orphan = std::process::Command::new("srun")
+        .args([
+            &format!("--jobid={job}"),
+            "--exact",
+            "--nodes=1",
+            "--ntasks=1",
+            "--nodelist=v100a",
+            "--gres=gpu:1",
+            &format!("--job-name={name}"),
+            "--output=/dev/null",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .env_remove("SLURM_JOB_ID")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("srun");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let again = Arc::new(SlurmBackend::new(options(), vec![]));
+    let handle = hadar_backend::TaskHandle {
+        id: String::new(),
+        nodes: vec!["v100a".into()],
+        workdir: t.workdir.clone(),
+        token: token.clone(),
+    };
+    let found = again.find(&handle).await.expect("find");
+    assert_eq!(found, None, "the step was not created yet");
+    // The GPUs are free again: a srun still waiting would now start.
+    b.cleanup(&held).await.expect("cleanup");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let steps = std::process::Command::new("squeue")
+        .args(["-h", "--me", "--steps", "--format=%i %j"])
+        .output()
+        .expect("squeue");
+    let steps = String::from_utf8_lossy(&steps.stdout).into_owned();
+    let _ = orphan.kill();
+    let _ = orphan.wait();
+    assert!(
+        !steps.contains(&name),
+        "the step `find` did not report started after it answered:\n{steps}"
+    );
+}

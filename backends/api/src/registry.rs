@@ -46,6 +46,38 @@ pub struct Factory {
     pub node_keys: &'static [&'static str],
     /// Builds the backend, checking its configuration.
     pub build: fn(&BackendInputs<'_>) -> Result<Arc<dyn Backend>>,
+    /// What it reads of a job's options (`None`: nothing of its own).
+    pub job_options: Option<JobOptions>,
+}
+
+/// A backend's per-job options: the jobs file's `[job.NAME]` table, whose
+/// keys it reads over the job's generic `options` (the merged table is
+/// [`crate::TaskSpec::options`]).
+#[derive(Debug, Clone, Copy)]
+pub struct JobOptions {
+    /// The keys `[job.NAME]` may have.
+    pub keys: &'static [&'static str],
+    /// Checks the merged table when the jobs file is read (the message
+    /// names the key and what is wrong with it).
+    pub check: fn(&toml::Table) -> std::result::Result<(), String>,
+}
+
+impl JobOptions {
+    /// Checks a job's `[job.NAME]` table (`own`: unknown keys are refused)
+    /// and the table merged with its generic `options`.
+    pub fn check_job(
+        &self,
+        own: &toml::Table,
+        merged: &toml::Table,
+    ) -> std::result::Result<(), String> {
+        if let Some(k) = own.keys().find(|k| !self.keys.contains(&k.as_str())) {
+            return Err(format!(
+                "unknown key `{k}`; the keys are: {}",
+                self.keys.join(", ")
+            ));
+        }
+        (self.check)(merged)
+    }
 }
 
 /// The backends a program knows.
@@ -170,6 +202,7 @@ mod tests {
             about: "tasks in memory",
             node_keys: &["slot"],
             build: memory,
+            job_options: None,
         });
         let cluster = Cluster::from_short_form("v100=1", 1).unwrap();
         let table = toml::Table::new();

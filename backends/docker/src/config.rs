@@ -10,7 +10,9 @@
 //!
 //! `[backend.docker]`: `image` (the default image of jobs that name none),
 //! `shm_size_mb` (size of `/dev/shm`, default 1024), `network` (network
-//! mode, default `host`), `timeout_seconds` (per API call, default 20).
+//! mode, default `host`), `timeout_seconds` (per API call, default 20),
+//! `mounts` (bind mounts of every container: `HOST:CONTAINER[:ro|rw]`,
+//! absolute paths on the node's machine; default none).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -59,6 +61,9 @@ pub struct DockerOptions {
     pub network: String,
     /// Per-call timeout.
     pub timeout: Duration,
+    /// Bind mounts of every container (`HOST:CONTAINER[:ro|rw]`, Docker's
+    /// `binds` form; host paths are on the node's machine).
+    pub mounts: Vec<String>,
 }
 
 impl Default for DockerOptions {
@@ -68,6 +73,7 @@ impl Default for DockerOptions {
             shm_size_mb: 1024,
             network: "host".into(),
             timeout: Duration::from_secs(20),
+            mounts: vec![],
         }
     }
 }
@@ -79,6 +85,32 @@ struct Defaults {
     shm_size_mb: Option<u64>,
     network: Option<String>,
     timeout_seconds: Option<f64>,
+    #[serde(default)]
+    mounts: Vec<String>,
+}
+
+/// Checks one bind mount: `HOST:CONTAINER` or `HOST:CONTAINER:ro|rw`, both
+/// absolute paths (a bare path would be an anonymous volume to Docker, not
+/// a mount of the host's directory).
+fn check_mount(m: &str) -> std::result::Result<(), String> {
+    let parts: Vec<&str> = m.split(':').collect();
+    let (host, container) = match parts[..] {
+        [h, c] | [h, c, "ro" | "rw"] => (h, c),
+        _ => {
+            return Err(format!(
+                "{m:?}: expected HOST:CONTAINER or HOST:CONTAINER:ro (or :rw), absolute paths \
+                 without `:`"
+            ))
+        }
+    };
+    for p in [host, container] {
+        if !p.starts_with('/') {
+            return Err(format!(
+                "{m:?}: {p:?} is not an absolute path (HOST:CONTAINER[:ro])"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,8 +207,13 @@ pub fn from_toml(
             .map_err(|e| Error::parse(at.field("backend.docker"), e.to_string()))?,
         None => Defaults::default(),
     };
+    for (i, m) in defaults.mounts.iter().enumerate() {
+        check_mount(m)
+            .map_err(|e| Error::parse(at.field(format!("backend.docker.mounts[{i}]")), e))?;
+    }
     let mut options = DockerOptions {
         image: defaults.image,
+        mounts: defaults.mounts,
         ..DockerOptions::default()
     };
     if let Some(s) = defaults.shm_size_mb {
@@ -255,6 +292,7 @@ mod tests {
 [backend.docker]
 image = "trainer:1"
 shm_size_mb = 2048
+mounts = ["/opt/hadar/bin:/opt/hadar/bin:ro", "/data:/data"]
 [[node]]
 name = "local"
 docker = "unix:///var/run/docker.sock"
@@ -291,6 +329,10 @@ gpus = { k80 = 1 }
         assert_eq!(opts.image.as_deref(), Some("trainer:1"));
         assert_eq!(opts.shm_size_mb, 2048);
         assert_eq!(opts.network, "host");
+        assert_eq!(
+            opts.mounts,
+            ["/opt/hadar/bin:/opt/hadar/bin:ro", "/data:/data"]
+        );
         assert_eq!(nodes.len(), 5);
         assert!(nodes[0].shared_fs && !nodes[1].shared_fs && nodes[4].shared_fs);
         let tls = nodes[1].tls.as_ref().unwrap();
@@ -323,6 +365,15 @@ gpus = { k80 = 1 }
             ("[backend.docker]\nimage=1\n", "backend.docker"),
             ("[backend.docker]\nshm_size_mb=0\n", "shm_size_mb"),
             ("[backend.docker]\ntimeout_seconds=nan\n", "timeout_seconds"),
+            (
+                "[backend.docker]\nmounts=['/data']\n",
+                "backend.docker.mounts[0]",
+            ),
+            (
+                "[backend.docker]\nmounts=['/a:/b','data:/data']\n",
+                "mounts[1]",
+            ),
+            ("[backend.docker]\nmounts=['/a:/b:rx']\n", "HOST:CONTAINER"),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text}: {err}");

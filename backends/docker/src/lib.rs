@@ -28,7 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::errors::Error as DockerError;
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, ContainerSummaryStateEnum as State, DeviceRequest, HostConfig,
+};
 use bollard::query_parameters::{
     ContainerArchiveInfoOptions, CreateContainerOptions, DownloadFromContainerOptions,
     KillContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
@@ -65,7 +67,41 @@ pub const FACTORY: Factory = Factory {
         "nvidia",
     ],
     build,
+    job_options: Some(hadar_backend::registry::JobOptions {
+        keys: JOB_KEYS,
+        check: check_job_options,
+    }),
 };
+
+/// The keys of a job's `[job.docker]` table (also read from its `options`).
+pub const JOB_KEYS: &[&str] = &["image", "shm_size_mb"];
+
+/// A job's own image (`image`), if it names one.
+fn job_image(options: &toml::Table) -> Result<Option<String>, String> {
+    match options.get("image") {
+        None => Ok(None),
+        Some(toml::Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+        Some(other) => Err(format!("image must be an image name, not {other}")),
+    }
+}
+
+/// A job's own `/dev/shm` size in MiB (`shm_size_mb`), if it gives one.
+fn job_shm_mb(options: &toml::Table) -> Result<Option<u64>, String> {
+    match options.get("shm_size_mb") {
+        None => Ok(None),
+        Some(toml::Value::Integer(n)) if *n > 0 && *n <= 1 << 20 => Ok(Some(*n as u64)),
+        Some(other) => Err(format!(
+            "shm_size_mb must be MiB from 1 to 1048576, not {other}"
+        )),
+    }
+}
+
+/// Checks a job's Docker options (`[job.docker]` over `options`) when the
+/// jobs file is read.
+pub fn check_job_options(options: &toml::Table) -> Result<(), String> {
+    job_image(options)?;
+    job_shm_mb(options).map(|_| ())
+}
 
 fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
     let (nodes, options) =
@@ -224,18 +260,15 @@ pub fn container_labels(spec: &TaskSpec) -> HashMap<String, String> {
 
 /// The image of a task: the job's `image` option, else the backend's default.
 pub fn task_image(spec: &TaskSpec, options: &DockerOptions) -> Result<String, BackendError> {
-    match spec.options.get("image") {
-        Some(toml::Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        Some(other) => Err(BackendError::Invalid(format!(
-            "job {}: options.image must be an image name, not {other}",
-            spec.job_name
-        ))),
+    let invalid = |m: String| BackendError::Invalid(format!("job {}: {m}", spec.job_name));
+    match job_image(&spec.options).map_err(invalid)? {
+        Some(image) => Ok(image),
         None => options.image.clone().ok_or_else(|| {
-            BackendError::Invalid(format!(
-                "job {}: no image: give the job `options = {{ image = \"...\" }}` in the jobs \
-                 file, or the cluster file an `[backend.docker] image`",
-                spec.job_name
-            ))
+            invalid(
+                "no image: give the job an `image` in its `[job.docker]` table in the jobs \
+                 file, or the cluster file an `[backend.docker] image`"
+                    .into(),
+            )
         }),
     }
 }
@@ -260,16 +293,9 @@ pub fn create_body(
     options: &DockerOptions,
 ) -> Result<ContainerCreateBody, BackendError> {
     let image = task_image(spec, options)?;
-    let shm_mb = match spec.options.get("shm_size_mb") {
-        None => options.shm_size_mb,
-        Some(toml::Value::Integer(n)) if *n > 0 && *n <= 1 << 20 => *n as u64,
-        Some(other) => {
-            return Err(BackendError::Invalid(format!(
-                "job {}: options.shm_size_mb must be MiB from 1 to 1048576, not {other}",
-                spec.job_name
-            )))
-        }
-    };
+    let shm_mb = job_shm_mb(&spec.options)
+        .map_err(|m| BackendError::Invalid(format!("job {}: {m}", spec.job_name)))?
+        .unwrap_or(options.shm_size_mb);
     let gpus = spec
         .placement
         .first()
@@ -295,7 +321,7 @@ pub fn create_body(
         init: Some(true),
         shm_size: Some((shm_mb * 1024 * 1024) as i64),
         network_mode: Some(options.network.clone()),
-        binds: node.shared_fs.then(|| vec![format!("{workdir}:{workdir}")]),
+        binds: binds(node.shared_fs, &workdir, &options.mounts),
         device_requests: nvidia.then(|| vec![gpu_request(&gpus)]),
         ..Default::default()
     };
@@ -312,6 +338,17 @@ pub fn create_body(
         host_config: Some(host_config),
         ..Default::default()
     })
+}
+
+/// The container's bind mounts: its task directory where the node shares
+/// this machine's files, then the backend's `mounts`.
+fn binds(shared_fs: bool, workdir: &str, mounts: &[String]) -> Option<Vec<String>> {
+    let v: Vec<String> = shared_fs
+        .then(|| format!("{workdir}:{workdir}"))
+        .into_iter()
+        .chain(mounts.iter().cloned())
+        .collect();
+    (!v.is_empty()).then_some(v)
 }
 
 /// An exit code as the contract has it: `None` for a death by signal
@@ -1004,9 +1041,10 @@ impl Backend for DockerBackend {
             "label".to_string(),
             vec![format!("{}={}", labels::TOKEN, task.token)],
         )]);
+        // Every state, not only running ones: see `created` below.
         let list = match docker
             .list_containers(Some(ListContainersOptions {
-                all: false,
+                all: true,
                 filters: Some(filters),
                 ..Default::default()
             }))
@@ -1015,17 +1053,28 @@ impl Backend for DockerBackend {
             Ok(l) => l,
             Err(e) => return Err(self.fail(node, "list", e).await),
         };
-        Ok(list
-            .into_iter()
-            .filter(|c| {
-                c.labels
-                    .as_ref()
-                    .and_then(|l| l.get(labels::TOKEN))
-                    .is_some_and(|t| *t == task.token)
-            })
-            .find_map(|c| c.id)
-            .filter(|id| is_container_id(id))
-            .map(|id| TaskHandle { id, ..task.clone() }))
+        let mut found = None;
+        for c in list {
+            let ours = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::TOKEN))
+                .is_some_and(|t| *t == task.token);
+            let Some(id) = c.id.filter(|id| ours && is_container_id(id)) else {
+                continue;
+            };
+            match c.state {
+                Some(State::RUNNING | State::PAUSED | State::RESTARTING) => found = Some(id),
+                // Created by a run killed before it saw the start through:
+                // its start request may still reach the daemon, after this
+                // answer. Removed (forced: a start already carried out is
+                // killed with it), so that "not found" stays true and the
+                // (job, copy) never runs twice.
+                Some(State::CREATED) => self.remove(node, &id).await?,
+                _ => {}
+            }
+        }
+        Ok(found.map(|id| TaskHandle { id, ..task.clone() }))
     }
 
     async fn fetch(
@@ -1198,9 +1247,44 @@ mod tests {
             .unwrap();
         assert_eq!(hc.shm_size, Some(64 * 1024 * 1024));
         assert_eq!(hc.binds, None);
+        let with_mounts = DockerOptions {
+            mounts: vec!["/opt/bin:/opt/bin:ro".into()],
+            ..DockerOptions::default()
+        };
+        let hc = |shared| {
+            create_body(&s, &node(false, shared), &with_mounts)
+                .unwrap()
+                .host_config
+                .unwrap()
+                .binds
+                .unwrap()
+        };
+        assert_eq!(hc(false), ["/opt/bin:/opt/bin:ro"]);
+        assert_eq!(hc(true), ["/runs/x/j4:/runs/x/j4", "/opt/bin:/opt/bin:ro"]);
         s.options = toml::Table::new();
         let err = create_body(&s, &node(false, false), &DockerOptions::default()).unwrap_err();
         assert!(err.to_string().contains("no image"), "{err}");
+        for (bad, needle) in [
+            (toml::toml! { image = 3 }, "image must be an image name"),
+            (toml::toml! { image = "" }, "image must be an image name"),
+            (toml::toml! { shm_size_mb = 0 }, "shm_size_mb must be MiB"),
+            (
+                toml::toml! { shm_size_mb = "1G" },
+                "shm_size_mb must be MiB",
+            ),
+        ] {
+            let err = check_job_options(&bad).expect_err(needle);
+            assert!(err.contains(needle), "{err}");
+            s.options = bad;
+            if !s.options.contains_key("image") {
+                s.options.insert("image".into(), "t:1".into());
+            }
+            let err = create_body(&s, &node(false, false), &DockerOptions::default())
+                .expect_err(needle)
+                .to_string();
+            assert!(err.contains(needle) && err.contains("job "), "{err}");
+        }
+        assert_eq!(check_job_options(&toml::toml! { image = "a:1" }), Ok(()));
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub const FACTORY: Factory = Factory {
     about: "processes on this machine (the cluster file's nodes are labels)",
     node_keys: &[],
     build,
+    job_options: None,
 };
 
 fn build(_: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {

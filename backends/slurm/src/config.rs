@@ -10,7 +10,7 @@
 //! allocation_wait_seconds = 100  # salloc --immediate (under the CLI's 120 s per call)
 //! launch_timeout_seconds = 100   # a step waiting longer for its GPUs fails
 //! salloc_args = ["--account=lab"]
-//! srun_args = ["--cpus-per-task=8", "--mem-per-cpu=4G"]
+//! srun_args = ["--cpus-per-task=8", "--mem-per-cpu=4G"]   # every step; not Hadar's own (--gres, ...)
 //! aliases = { "nvidia_a100-sxm4-80gb" = "a100" }
 //! renew_before_seconds = 900     # renew the allocation this long before its time limit
 //! max_step_count = 40000         # the site's MaxStepCount: renew before step ids run out
@@ -83,6 +83,8 @@ pub fn from_toml(file: &toml::Table, source: &str) -> Result<SlurmOptions> {
         crate::cmd::parse_duration(t)
             .map_err(|m| Error::parse(at.clone().field("backend.slurm.time_limit"), m))?;
     }
+    crate::step_options::check_srun_args(&table.srun_args)
+        .map_err(|m| Error::parse(at.clone().field("backend.slurm.srun_args"), m))?;
     let max_steps = match table.max_step_count {
         Some(n) if n < 2 => {
             return Err(Error::parse(
@@ -154,6 +156,7 @@ aliases = { "nvidia_a100-sxm4-80gb" = "a100" }
             "[backend.slurm]\ntime_limit = \"2 days\"",
             "[backend.slurm]\nmax_step_count = 1",
             "[backend.slurm]\nrenew_before_seconds = -5",
+            "[backend.slurm]\nsrun_args = [\"--overlap\"]",
         ] {
             let file: toml::Table = toml::from_str(bad).unwrap();
             let err = from_toml(&file, "c.toml").unwrap_err().to_string();

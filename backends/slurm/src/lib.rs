@@ -25,6 +25,8 @@
 mod cmd;
 pub mod config;
 mod lease;
+mod orphans;
+mod step_options;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -42,6 +44,7 @@ use hadar_backend::{
 use tokio::io::AsyncBufReadExt;
 
 pub use cmd::{expand_hostlist, gpu_alias, parse_gres, step_name, DEFAULT_ALIASES};
+pub use step_options::{check_job_options, check_srun_args, JOB_KEYS};
 
 /// The task's log, in its directory.
 pub const LOG_FILE: &str = "task.log";
@@ -60,6 +63,10 @@ pub const FACTORY: Factory = Factory {
     about: "job steps in one Slurm allocation (nodes and GPU types from sinfo)",
     node_keys: &[],
     build,
+    job_options: Some(hadar_backend::registry::JobOptions {
+        keys: step_options::JOB_KEYS,
+        check: step_options::check_job_options,
+    }),
 };
 
 fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
@@ -760,6 +767,18 @@ impl Backend for SlurmBackend {
                 spec.placement.len()
             )));
         }
+        // The site's options for every step, then the job's own (srun
+        // takes the last of an option given twice: the job's wins).
+        let job_args = step_options::job_srun_args(&spec.options).map_err(|m| {
+            BackendError::Invalid(format!("job {}: [job.slurm] {m}", spec.job_name))
+        })?;
+        let extra: Vec<String> = self
+            .options
+            .srun_args
+            .iter()
+            .chain(&job_args)
+            .cloned()
+            .collect();
         let a = self.allocation().await?;
         if !a.nodes.contains_key(node) {
             if a.unusable.iter().any(|n| n == node) {
@@ -792,7 +811,7 @@ impl Backend for SlurmBackend {
             name: &name,
             log: &log,
             workdir: dir,
-            extra: &self.options.srun_args,
+            extra: &extra,
             argv: &spec.argv,
         });
         let mut c = self.spawned(&argv);
@@ -974,11 +993,29 @@ impl Backend for SlurmBackend {
 
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
         let name = step_name(&task.token);
-        let v = self.view(STOP_REFRESH, Want::Steps).await?;
-        Ok(v.steps.iter().find(|s| s.name == name).map(|s| TaskHandle {
-            id: s.id.clone(),
-            ..task.clone()
-        }))
+        let found = |v: &View| {
+            v.steps.iter().find(|s| s.name == name).map(|s| TaskHandle {
+                id: s.id.clone(),
+                ..task.clone()
+            })
+        };
+        if let Some(h) = found(&*self.view(STOP_REFRESH, Want::Steps).await?) {
+            return Ok(Some(h));
+        }
+        // Not there yet is not "never": a killed run's srun may still be
+        // waiting to create the step. Killed first, then asked again: a
+        // step it created meanwhile is the task; else none can come.
+        let n = {
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || orphans::kill_sruns_named(&name))
+                .await
+                .unwrap_or(0)
+        };
+        if n == 0 {
+            return Ok(None);
+        }
+        tracing::warn!("killed {n} srun(s) of step {name} still waiting to create it");
+        Ok(found(&*self.view(Duration::ZERO, Want::Steps).await?))
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {

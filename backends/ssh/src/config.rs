@@ -37,6 +37,24 @@ struct Node {
     port: Option<u16>,
     user: Option<String>,
     key: Option<PathBuf>,
+    // Keys of the Docker backend may sit on the same node (one cluster
+    // file for both; cli/tests/config.rs).
+    #[serde(rename = "docker")]
+    _docker: Option<toml::Value>,
+    #[serde(rename = "insecure")]
+    _insecure: Option<toml::Value>,
+    #[serde(rename = "tls_cert")]
+    _tls_cert: Option<toml::Value>,
+    #[serde(rename = "tls_key")]
+    _tls_key: Option<toml::Value>,
+    #[serde(rename = "tls_ca")]
+    _tls_ca: Option<toml::Value>,
+    #[serde(rename = "ssh_key")]
+    _ssh_key: Option<toml::Value>,
+    #[serde(rename = "shared_fs")]
+    _shared_fs: Option<toml::Value>,
+    #[serde(rename = "nvidia")]
+    _nvidia: Option<toml::Value>,
 }
 
 /// Hosts and options from a cluster file's TOML. `base` is the directory
@@ -130,6 +148,8 @@ name = "h2"
 address = "10.0.0.2"
 port = 2222
 user = "me"
+docker = "tcp://10.0.0.2:2375"   # the Docker backend's: ignored here
+insecure = true
 gpus = { k80 = 2 }
 [[node]]
 name = "plain"

@@ -38,6 +38,7 @@ pub const FACTORY: Factory = Factory {
     about: "detached processes on hosts reached over SSH (nodes with an `address`)",
     node_keys: &["address", "port", "user", "key"],
     build,
+    job_options: None,
 };
 
 fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {

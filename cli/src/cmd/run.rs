@@ -242,6 +242,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         }
     }
     check_rates(&jobs, &cluster, &args.jobs)?;
+    check_backend_options(&jobs, &args.jobs)?;
     if let Some(t) = args.hang_timeout {
         if !(t.is_finite() && (1.0..=7.0 * 86_400.0).contains(&t)) {
             return Err(usage(format!(
@@ -325,6 +326,28 @@ fn check_rates(
                 escape(ty),
                 types.join(", ")
             )));
+        }
+    }
+    Ok(())
+}
+
+/// Every job's per-backend tables (`[job.slurm]`, `[job.docker]`), each
+/// checked by its backend over the job's `options`, whichever backend runs:
+/// a jobs file is refused whole, before anything starts.
+fn check_backend_options(jobs: &[hadar_runtime::RunJob], file: &Path) -> Result<(), CliError> {
+    for f in crate::backends::registry().factories() {
+        let Some(check) = f.job_options else { continue };
+        for j in jobs {
+            check
+                .check_job(j.backend_table(f.name), &j.backend_options(f.name))
+                .map_err(|m| {
+                    CliError::Input(format!(
+                        "{}: job {}: [job.{}] {m}",
+                        file.display(),
+                        escape(&j.name),
+                        f.name
+                    ))
+                })?;
         }
     }
     Ok(())

@@ -1,0 +1,61 @@
+//! `srun` processes a killed Hadar left on this machine: they live on (a
+//! step's `srun` is not killed with the process that started it) and may
+//! still be waiting to create their step (for GPUs, for the controller)
+//! when the next run looks for the step. Found in /proc by the step name
+//! Hadar gave them (a hash of the task's token: never another's srun).
+
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
+
+/// How long [`kill_sruns_named`] waits for a killed srun to be gone.
+const GONE_WAIT: Duration = Duration::from_secs(5);
+
+/// The pids of this user's `srun` processes started with
+/// `--job-name=NAME`.
+fn sruns_named(name: &str) -> Vec<i32> {
+    let want = format!("--job-name={name}");
+    let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            if std::fs::metadata(e.path()).map(|m| m.uid()).ok() != uid {
+                return None;
+            }
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let mut args = cmdline.split(|&b| b == 0);
+            let program = args.next()?;
+            let is_srun = program == b"srun" || program.ends_with(b"/srun");
+            (is_srun && args.any(|a| a == want.as_bytes())).then_some(pid)
+        })
+        .collect()
+}
+
+/// Kills (SIGKILL) every srun of this user named `--job-name=NAME` and waits
+/// until they are gone: none of them can create its step afterwards. How
+/// many there were.
+pub fn kill_sruns_named(name: &str) -> usize {
+    let pids = sruns_named(name);
+    for &pid in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let deadline = Instant::now() + GONE_WAIT;
+    while Instant::now() < deadline && pids.iter().any(|p| alive(*p)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pids.len()
+}
+
+/// Whether `pid` still runs (a zombie does not: it cannot create a step).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
