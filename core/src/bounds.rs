@@ -27,7 +27,7 @@ pub fn makespan_lower_bound(workload: &Workload) -> Result<f64> {
         .enumerate()
         .map(|(j, job)| FluidJob {
             rates: workload.rates_of(j),
-            gang: job.scale_factor,
+            gangs: workload.gangs_of(j),
             steps: job.total_steps as f64,
             arrival_s: job.arrival_s,
         })
@@ -40,8 +40,9 @@ pub fn makespan_lower_bound(workload: &Workload) -> Result<f64> {
 pub struct FluidJob<'a> {
     /// Steps/s of the whole gang on each type (0: cannot run there).
     pub rates: &'a [f64],
-    /// Gang size.
-    pub gang: u32,
+    /// Gang size on each type (the job's shape there; 0 where it does
+    /// not accept the type).
+    pub gangs: &'a [u32],
     /// Steps to do.
     pub steps: f64,
     /// Earliest start (s).
@@ -110,7 +111,7 @@ pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
                 if job.arrival_s >= t0 {
                     for &(ww, v) in row {
                         if ww == w {
-                            used.add_mul(f64::from(job.gang), v);
+                            used.add_mul(f64::from(job.gangs[w]), v);
                         }
                     }
                 }
@@ -173,7 +174,9 @@ pub fn forked_makespan_lower_bound(workload: &Workload, model: ForkModel) -> Res
             }
         }
         let r = best_copy_rate(workload, j);
-        for (a, slope) in curves.curve(j).envelope(max_copies) {
+        // A job with `fork = false` runs one copy: its gang.
+        let copies = if job.placement.fork { max_copies } else { 1 };
+        for (a, slope) in curves.curve(j).envelope(copies) {
             // steps <= r a (T - arrival) + slope R
             let mut e = Expression::from(0.0);
             e.add_mul(r * a, t_end);
@@ -218,21 +221,22 @@ pub fn forked_makespan_lower_bound(workload: &Workload, model: ForkModel) -> Res
 /// Job `j`'s best steps per GPU-second on type `w`, of any copy size or
 /// the gang.
 fn best_per_gpu(workload: &Workload, j: usize, w: usize) -> f64 {
-    let job = &workload.jobs()[j];
     let ty = crate::cluster::GpuTypeId(w as u16);
-    (1..=job.scale_factor)
+    let Some(gang) = workload.gang(j, ty) else {
+        return 0.0;
+    };
+    (1..=gang)
         .filter_map(|g| workload.rate_at(j, g, ty).map(|r| r / f64::from(g)))
-        .fold(workload.rate(j, ty) / f64::from(job.scale_factor), f64::max)
+        .fold(workload.rate(j, ty) / f64::from(gang), f64::max)
 }
 
 /// Job `j`'s best rate of one copy: any size up to its gang, any type.
 pub fn best_copy_rate(workload: &Workload, j: usize) -> f64 {
-    let job = &workload.jobs()[j];
     let k = workload.cluster().gpu_types().len();
     (0..k)
         .flat_map(|w| {
             let ty = crate::cluster::GpuTypeId(w as u16);
-            (1..=job.scale_factor)
+            (1..=workload.gang(j, ty).unwrap_or(0))
                 .filter_map(move |g| workload.rate_at(j, g, ty))
                 .chain(std::iter::once(workload.rate(j, ty)))
         })
@@ -250,7 +254,12 @@ pub fn forked_jct_lower_bound(
     let curves = ForkCurves::new(model, workload)?;
     let max_copies = workload.cluster().nodes().len() as u32;
     Ok(crate::metrics::mean(jobs.into_iter().map(|j| {
-        let r = best_copy_rate(workload, j) * curves.curve(j).best(max_copies);
+        let copies = if workload.jobs()[j].placement.fork {
+            max_copies
+        } else {
+            1
+        };
+        let r = best_copy_rate(workload, j) * curves.curve(j).best(copies);
         workload.jobs()[j].total_steps as f64 / r.max(1e-12)
     })))
 }
@@ -286,6 +295,7 @@ mod tests {
             slo_s: None,
             launch: Launch::default(),
             batch: crate::job::BatchInfo::default(),
+            placement: crate::job::Placement::default(),
         }
     }
 

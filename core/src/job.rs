@@ -43,6 +43,52 @@ pub struct Job {
     pub launch: Launch,
     /// Its batch, as HadarE's fork model sees it (see [`crate::fork_model`]).
     pub batch: BatchInfo,
+    /// Where it may run and whether HadarE may fork it.
+    pub placement: Placement,
+}
+
+/// One way a job accepts to run: a GPU type and its gang size there.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Shape {
+    /// GPU type name, as the cluster names it.
+    pub gpu_type: String,
+    /// GPUs the job's workers use at once on that type.
+    pub gang: u32,
+}
+
+/// What a jobs file says of where a job may run (a trace says nothing: the
+/// default, every type at the job's `scale_factor`, HadarE may fork).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The shapes it accepts, in order of preference (a tie between two
+    /// goes to the earlier one); empty: every type at `scale_factor`.
+    pub shapes: Vec<Shape>,
+    /// Whether HadarE may run copies of it (`fork = false` in a jobs file).
+    pub fork: bool,
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Self {
+            shapes: Vec::new(),
+            fork: true,
+        }
+    }
+}
+
+impl Job {
+    /// Its gang size on GPU type `gpu_type`; `None` where it does not
+    /// accept that type.
+    pub fn gang_on(&self, gpu_type: &str) -> Option<u32> {
+        if self.placement.shapes.is_empty() {
+            return Some(self.scale_factor);
+        }
+        self.placement
+            .shapes
+            .iter()
+            .find(|s| s.gpu_type == gpu_type)
+            .map(|s| s.gang)
+    }
 }
 
 /// What the fork model knows of a job's batch: set per job in a jobs file,
@@ -72,6 +118,7 @@ impl Job {
             slo_s: None,
             launch: Launch::default(),
             batch: BatchInfo::default(),
+            placement: Placement::default(),
         }
     }
 }

@@ -89,7 +89,6 @@ pub fn task_rate(workload: &Workload, task: &Task, mixed: MixedRate) -> f64 {
     let cluster: &Cluster = workload.cluster();
     let j = task.job.index();
     let size = task.gpus.len() as u32;
-    let full = size == workload.jobs()[j].scale_factor;
     let mut min = f64::INFINITY;
     let mut sum = 0.0;
     let mut n = 0u32;
@@ -101,7 +100,9 @@ pub fn task_rate(workload: &Workload, task: &Task, mixed: MixedRate) -> f64 {
             continue;
         }
         seen |= bit;
-        let r = if full {
+        // The table's rate at the job's gang on that type (0 where it does
+        // not accept the type), else at the task's size (a HadarE copy).
+        let r = if workload.gang(j, ty) == Some(size) {
             workload.rate(j, ty)
         } else {
             workload.rate_at(j, size, ty).unwrap_or(0.0)

@@ -18,6 +18,12 @@ pub struct Workload {
     /// `rates[job * types + type]`: isolated steps/s of the whole gang on that type
     /// (0 where the job cannot run).
     rates: Vec<f64>,
+    /// `gangs[job * types + type]`: the job's gang size there (0: it does
+    /// not accept the type).
+    gangs: Vec<u32>,
+    /// `preference[job * types + type]`: rank of the type among the
+    /// job's shapes (lower first; the type's index for a job without shapes).
+    preference: Vec<u16>,
     /// Space sharing: the jobs' distinct (model, gang size) keys, by job.
     key_of: Vec<u32>,
     /// Distinct keys.
@@ -40,7 +46,9 @@ impl Workload {
     ) -> Result<Self> {
         let location = Location::new(source);
         for ty in cluster.gpu_types() {
-            if !table.has_gpu_type(ty) {
+            // A type no job accepts (`gpu_types`) needs no rates.
+            let wanted = jobs.iter().any(|j| j.gang_on(ty).is_some());
+            if wanted && !table.has_gpu_type(ty) {
                 let known: Vec<&str> = table.gpu_types().collect();
                 return Err(Error::inconsistent(
                     Location::new("cluster"),
@@ -57,6 +65,8 @@ impl Workload {
         let per_type = cluster.gpus_per_type();
         let models = table.models();
         let mut rates = Vec::with_capacity(jobs.len() * types);
+        let mut gangs = Vec::with_capacity(jobs.len() * types);
+        let mut preference = Vec::with_capacity(jobs.len() * types);
         for (i, job) in jobs.iter().enumerate() {
             let at = location.line(i + 1);
             let Some(sizes) = models.get(job.job_type.as_str()) else {
@@ -72,7 +82,14 @@ impl Workload {
                     ),
                 ));
             };
-            if !sizes.contains(&job.scale_factor) {
+            let shapes = &job.placement.shapes;
+            check_shapes(job, &cluster, &at)?;
+            let wanted: Vec<u32> = if shapes.is_empty() {
+                vec![job.scale_factor]
+            } else {
+                shapes.iter().map(|s| s.gang).collect()
+            };
+            if !wanted.iter().any(|g| sizes.contains(g)) {
                 let list: Vec<String> = sizes.iter().map(u32::to_string).collect();
                 return Err(Error::inconsistent(
                     at.field("scale_factor"),
@@ -86,23 +103,38 @@ impl Workload {
                     ),
                 ));
             }
+            // Without shapes a gang may span types, so the GPUs of every
+            // type it runs on count; with shapes it must fit one type.
             let mut usable = 0u64;
+            let mut fits = false;
             for (t, ty) in cluster.gpu_types().iter().enumerate() {
-                let r = table
-                    .isolated(&job.job_type, job.scale_factor, ty)
+                let gang = job.gang_on(ty);
+                let r = gang
+                    .and_then(|g| table.isolated(&job.job_type, g, ty))
                     .unwrap_or(0.0);
                 if r > 0.0 {
                     usable += u64::from(per_type[t]);
+                    fits |= gang.is_some_and(|g| per_type[t] >= g);
                 }
                 rates.push(r);
+                gangs.push(gang.unwrap_or(0));
+                let rank = shapes.iter().position(|s| s.gpu_type == *ty).unwrap_or(t);
+                preference.push(rank as u16);
             }
-            if usable < u64::from(job.scale_factor) {
+            let ok = if shapes.is_empty() {
+                usable >= u64::from(job.scale_factor)
+            } else {
+                fits
+            };
+            if !ok {
                 return Err(Error::inconsistent(
                     at,
                     format!(
                         "job {} (`{}`) needs {} GPUs, but the cluster has only {usable} GPUs \
                          of types it can run on",
-                        job.id, job.job_type, job.scale_factor
+                        job.id,
+                        job.job_type,
+                        wanted.iter().min().copied().unwrap_or(job.scale_factor)
                     ),
                 ));
             }
@@ -113,6 +145,8 @@ impl Workload {
             cluster,
             table,
             rates,
+            gangs,
+            preference,
             key_of,
             keys,
             colocated,
@@ -152,6 +186,47 @@ impl Workload {
         self.rates[job * self.cluster.gpu_types().len() + ty.index()]
     }
 
+    /// Job `job`'s gang size on type `ty`; `None` where it does not accept
+    /// the type (see [`Job::gang_on`]).
+    pub fn gang(&self, job: usize, ty: GpuTypeId) -> Option<u32> {
+        let g = self.gangs[job * self.cluster.gpu_types().len() + ty.index()];
+        (g > 0).then_some(g)
+    }
+
+    /// Job `job`'s gang sizes on every type, indexed by [`GpuTypeId`] (0:
+    /// not accepted).
+    pub fn gangs_of(&self, job: usize) -> &[u32] {
+        let k = self.cluster.gpu_types().len();
+        &self.gangs[job * k..(job + 1) * k]
+    }
+
+    /// Whether job `job`'s gang has one size on every type it accepts (so
+    /// one gang may span types); false for alternatives of different sizes.
+    pub fn uniform_gang(&self, job: usize) -> bool {
+        let sf = self.jobs[job].scale_factor;
+        self.gangs_of(job).iter().all(|&g| g == 0 || g == sf)
+    }
+
+    /// The gang job `job` needs on `gpus`' types: its gang there when they
+    /// are of one type; across types (a gang spanning them), its one gang
+    /// size when every type takes it; `None` where a type is not accepted
+    /// or the sizes differ.
+    pub fn gang_for(&self, job: usize, gpus: &[crate::cluster::GpuId]) -> Option<u32> {
+        let mut types = gpus.iter().map(|&g| self.cluster.gpu(g).gpu_type);
+        let first = types.next()?;
+        let gang = self.gang(job, first)?;
+        types
+            .all(|ty| self.gang(job, ty) == Some(gang))
+            .then_some(gang)
+    }
+
+    /// The job's preference among types, indexed by [`GpuTypeId`] (lower
+    /// first): the order of its shapes, else the types' order.
+    pub fn preference_of(&self, job: usize) -> &[u16] {
+        let k = self.cluster.gpu_types().len();
+        &self.preference[job * k..(job + 1) * k]
+    }
+
     /// The job's rates on every type, indexed by [`GpuTypeId`].
     pub fn rates_of(&self, job: usize) -> &[f64] {
         let k = self.cluster.gpu_types().len();
@@ -168,18 +243,69 @@ impl Workload {
     /// sharing, measured pairs of the table): `[a's, b's]`; `None` where the
     /// table has no measurement (then they cannot share).
     pub fn colocated(&self, a: usize, b: usize, ty: GpuTypeId) -> Option<[f64; 2]> {
+        // Pairs are measured at the jobs' `scale_factor`: a job shares only
+        // where it accepts the type at that gang.
+        for j in [a, b] {
+            if self.gang(j, ty) != Some(self.jobs[j].scale_factor) {
+                return None;
+            }
+        }
         let (ka, kb) = (self.key_of[a] as usize, self.key_of[b] as usize);
         let k = self.cluster.gpu_types().len();
         self.colocated[(ka * self.keys + kb) * k + ty.index()]
     }
 
     /// Steps/s of job `job` at another gang size on type `ty` (for planners that
-    /// split a job, e.g. HadarE copies); `None` if the table lacks it.
+    /// split a job, e.g. HadarE copies); `None` if the table lacks it or
+    /// the job does not accept the type.
     pub fn rate_at(&self, job: usize, scale_factor: u32, ty: GpuTypeId) -> Option<f64> {
+        self.gang(job, ty)?;
         let j = &self.jobs[job];
         self.table
             .isolated(&j.job_type, scale_factor, self.cluster.gpu_type_name(ty))
     }
+}
+
+/// Checks a job's shapes against the cluster: known types, each once, gangs
+/// of at least one GPU.
+fn check_shapes(job: &Job, cluster: &Cluster, at: &Location) -> Result<()> {
+    let field = at.field("gpu_types/alternatives");
+    let what = format!("job {} (`{}`)", job.id, job.job_type);
+    for (i, shape) in job.placement.shapes.iter().enumerate() {
+        if cluster.gpu_type_id(&shape.gpu_type).is_none() {
+            return Err(Error::inconsistent(
+                field,
+                format!(
+                    "{what} accepts GPU type `{}`, which the cluster does not have (it has {}); \
+                     fix the name or drop the type",
+                    shape.gpu_type,
+                    cluster.gpu_types().join(", ")
+                ),
+            ));
+        }
+        if shape.gang == 0 {
+            return Err(Error::inconsistent(
+                field,
+                format!(
+                    "{what}: gang 0 on `{}`; give at least 1 GPU",
+                    shape.gpu_type
+                ),
+            ));
+        }
+        if job.placement.shapes[..i]
+            .iter()
+            .any(|s| s.gpu_type == shape.gpu_type)
+        {
+            return Err(Error::inconsistent(
+                field,
+                format!(
+                    "{what} lists GPU type `{}` twice; give each type once",
+                    shape.gpu_type
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The dense co-location table over the jobs' distinct keys (see
@@ -244,6 +370,7 @@ mod tests {
             slo_s: None,
             launch: Launch::default(),
             batch: crate::job::BatchInfo::default(),
+            placement: crate::job::Placement::default(),
         }
     }
 
@@ -281,6 +408,45 @@ mod tests {
             err.contains("needs 8 GPUs, but the cluster has only 6"),
             "{err}"
         );
+        let shaped = |shapes: &[(&str, u32)]| {
+            let mut j = job("A3C", 1);
+            j.placement.shapes = shapes
+                .iter()
+                .map(|&(ty, gang)| crate::job::Shape {
+                    gpu_type: ty.into(),
+                    gang,
+                })
+                .collect();
+            j
+        };
+        let ok = Workload::new(
+            vec![shaped(&[("k80", 1), ("v100", 1)])],
+            cluster.clone(),
+            table.clone(),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(ok.gang(0, GpuTypeId(0)), Some(1));
+        assert_eq!(ok.gang(0, GpuTypeId(1)), None, "p100 is not accepted");
+        assert_eq!(ok.rate(0, GpuTypeId(1)), 0.0);
+        assert_eq!(ok.preference_of(0)[2], 0, "k80 first");
+        for (shapes, needle) in [
+            (
+                &[("a100", 1)][..],
+                "job 0 (`A3C`) accepts GPU type `a100`, which the cluster does not have",
+            ),
+            (
+                &[("v100", 1), ("v100", 1)][..],
+                "lists GPU type `v100` twice",
+            ),
+            (&[("v100", 0)][..], "gang 0 on `v100`"),
+        ] {
+            let err = Workload::new(vec![shaped(shapes)], cluster.clone(), table.clone(), "t")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{err}");
+            assert!(err.contains("field `gpu_types/alternatives`"), "{err}");
+        }
         let a100 = Arc::new(Cluster::from_short_form("a100=4", 1).unwrap());
         let err = Workload::new(vec![job("A3C", 1)], a100, table, "t")
             .unwrap_err()

@@ -12,11 +12,18 @@
 //! env = { HADAR_TRAINER_ITER_US = "200" }        # extra environment (optional)
 //! batch_size = 64                     # examples per step of one copy (optional; HadarE's fork model)
 //! noise_scale = 1000.0                # gradient noise scale B_noise, same unit (optional)
+//! gpu_types = ["v100", "k80"]         # the types it accepts (default: every type)
+//! fork = false                        # HadarE never copies it (default true)
 //! [job.slurm]                         # this job's Slurm options (optional)
 //! srun_args = ["--mem=4G"]            # extra options of its steps (checked by the backend)
 //! [job.docker]                        # this job's Docker options (optional)
 //! image = "lab/train:3"
 //! ```
+//!
+//! Instead of `gang` (and `gpu_types`), ordered alternatives whose gang
+//! changes with the type, best first (a tie goes to the earlier one):
+//! `alternatives = [{ type = "a100", gang = 1 }, { type = "v100", gang = 2 }]`;
+//! a `throughput` rate on a type is then the rate of the job's gang there.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,7 +31,7 @@ use std::path::Path;
 use hadar_backend::{Signal, StopPolicy};
 use hadar_core::error::{parse_toml, read_to_string, Error, Location, Result};
 use hadar_core::estimate::{Kind, RateModel};
-use hadar_core::job::{Job, JobId, Launch};
+use hadar_core::job::{Job, JobId, Launch, Placement, Shape};
 use hadar_core::throughput::ThroughputTable;
 use serde::Deserialize;
 
@@ -38,9 +45,9 @@ pub struct RunJob {
     pub command: Vec<String>,
     /// Total iterations.
     pub iterations: u64,
-    /// Gang size.
-    #[serde(default = "one")]
-    pub gang: u32,
+    /// Gang size (default 1); not with `alternatives`, use [`RunJob::gang`].
+    #[serde(default)]
+    pub gang: Option<u32>,
     /// Arrival, in seconds after the start.
     #[serde(default)]
     pub arrival: f64,
@@ -83,9 +90,72 @@ pub struct RunJob {
     /// `batch_size` (default: the fork model's table; docs/algorithm.md).
     #[serde(default)]
     pub noise_scale: Option<f64>,
+    /// The GPU types it accepts, at `gang` (default: every type).
+    #[serde(default)]
+    pub gpu_types: Option<Vec<String>>,
+    /// Ordered alternatives: GPU types with a gang size each, best first.
+    #[serde(default)]
+    pub alternatives: Option<Vec<Alternative>>,
+    /// Whether HadarE may run copies of it (default true).
+    #[serde(default = "yes")]
+    pub fork: bool,
+}
+
+/// One of a job's alternatives: a GPU type and its gang size there.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Alternative {
+    /// GPU type name, as the cluster file names it.
+    #[serde(rename = "type")]
+    pub gpu_type: String,
+    /// GPUs at once on that type.
+    pub gang: u32,
 }
 
 impl RunJob {
+    /// Its gang size: `gang`, else its first alternative's, else 1.
+    pub fn gang(&self) -> u32 {
+        let first = self.alternatives.as_ref().and_then(|a| a.first());
+        self.gang.or(first.map(|a| a.gang)).unwrap_or(1)
+    }
+
+    /// Its gang on GPU type `ty`; `None` where it does not accept the type.
+    pub fn gang_on(&self, ty: &str) -> Option<u32> {
+        let shapes = self.shapes();
+        if shapes.is_empty() {
+            return Some(self.gang());
+        }
+        shapes.iter().find(|s| s.gpu_type == ty).map(|s| s.gang)
+    }
+
+    /// What the throughput model calls it on type `ty`: its name at its
+    /// gang there (`None`: it does not accept the type).
+    pub fn kind_on(&self, ty: &str) -> Option<Kind> {
+        self.gang_on(ty).map(|g| Kind::new(&self.name, g))
+    }
+
+    /// The shapes it accepts, in order of preference (empty: every type).
+    pub fn shapes(&self) -> Vec<Shape> {
+        if let Some(alts) = &self.alternatives {
+            return alts
+                .iter()
+                .map(|a| Shape {
+                    gpu_type: a.gpu_type.clone(),
+                    gang: a.gang,
+                })
+                .collect();
+        }
+        let gang = self.gang();
+        self.gpu_types
+            .iter()
+            .flatten()
+            .map(|ty| Shape {
+                gpu_type: ty.clone(),
+                gang,
+            })
+            .collect()
+    }
+
     /// The job's own table for backend `name` (`[job.slurm]`, `[job.docker]`;
     /// empty for a backend that has none).
     pub fn backend_table(&self, name: &str) -> &toml::Table {
@@ -126,8 +196,8 @@ impl RunJob {
     }
 }
 
-fn one() -> u32 {
-    1
+fn yes() -> bool {
+    true
 }
 
 fn one_f() -> f64 {
@@ -166,9 +236,10 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
         if j.iterations == 0 {
             return Err(Error::parse(f("iterations"), "must be at least 1"));
         }
-        if j.gang == 0 {
+        if j.gang == Some(0) {
             return Err(Error::parse(f("gang"), "must be at least 1"));
         }
+        check_shapes(j, &f)?;
         if !(j.arrival >= 0.0 && j.arrival.is_finite()) {
             return Err(Error::parse(f("arrival"), "must be seconds >= 0"));
         }
@@ -248,51 +319,150 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
     Ok(jobs)
 }
 
+/// Checks `gpu_types` and `alternatives`: not both, not with `gang`
+/// (alternatives give a gang per type), each type once, gangs of at least
+/// one GPU, and `throughput` only on types the job accepts. Whether the
+/// types are in the cluster is checked against it (`Workload::new`).
+fn check_shapes(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    if j.alternatives.is_some() && j.gpu_types.is_some() {
+        return Err(Error::parse(
+            f("alternatives"),
+            "give `gpu_types` (one gang on each) or `alternatives` (a gang per type), not both",
+        ));
+    }
+    if j.alternatives.is_some() && j.gang.is_some() {
+        return Err(Error::parse(
+            f("gang"),
+            "with `alternatives` each alternative gives its gang; drop `gang`",
+        ));
+    }
+    for (field, given) in [
+        ("gpu_types", j.gpu_types.as_ref().map(Vec::len)),
+        ("alternatives", j.alternatives.as_ref().map(Vec::len)),
+    ] {
+        if given == Some(0) {
+            return Err(Error::parse(
+                f(field),
+                "empty; list at least one GPU type, or leave the field out for every type",
+            ));
+        }
+    }
+    let field = if j.alternatives.is_some() {
+        "alternatives"
+    } else {
+        "gpu_types"
+    };
+    let shapes = j.shapes();
+    for (i, s) in shapes.iter().enumerate() {
+        if s.gang == 0 {
+            return Err(Error::parse(
+                f(&format!("{field}[{i}].gang")),
+                "must be at least 1",
+            ));
+        }
+        if shapes[..i].iter().any(|o| o.gpu_type == s.gpu_type) {
+            return Err(Error::parse(
+                f(&format!("{field}[{i}]")),
+                format!(
+                    "GPU type `{}` appears twice; give each type once",
+                    s.gpu_type
+                ),
+            ));
+        }
+    }
+    if !shapes.is_empty() {
+        if let Some(ty) = j
+            .throughput
+            .keys()
+            .find(|ty| !shapes.iter().any(|s| &s.gpu_type == *ty))
+        {
+            let accepted: Vec<&str> = shapes.iter().map(|s| s.gpu_type.as_str()).collect();
+            return Err(Error::parse(
+                f(&format!("throughput.{ty}")),
+                format!(
+                    "`{ty}` is not a type the job accepts ({}); add it to `{field}` or drop the rate",
+                    accepted.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The rates the jobs file gives, as the throughput model's evidence
 /// (measured rates join them as the run goes).
 pub fn given_rates(jobs: &[RunJob]) -> RateModel {
     let mut model = RateModel::default();
     for j in jobs {
-        let kind = Kind::new(&j.name, j.gang);
         for (ty, rate) in &j.throughput {
-            model.give(&kind, ty, *rate);
+            // Checked by `parse_jobs`: a job gives rates only on types it
+            // accepts, each the rate of its gang there.
+            if let Some(kind) = j.kind_on(ty) {
+                model.give(&kind, ty, *rate);
+            }
         }
     }
     model
 }
 
+/// The distinct kinds (a job's name at its gang on a type) of `jobs` on
+/// `gpu_types`, and each job's kind on each type, `of[job * types + type]`
+/// (`None`: the job does not accept the type).
+pub fn kinds(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Kind>, Vec<Option<usize>>) {
+    let mut kinds: Vec<Kind> = Vec::new();
+    let mut of = Vec::with_capacity(jobs.len() * gpu_types.len());
+    for j in jobs {
+        for ty in gpu_types {
+            of.push(j.kind_on(ty).map(|k| {
+                kinds.iter().position(|x| *x == k).unwrap_or_else(|| {
+                    kinds.push(k);
+                    kinds.len() - 1
+                })
+            }));
+        }
+    }
+    (kinds, of)
+}
+
 /// The engine's view: jobs (their names are their types) and a throughput
-/// table of their rates on `gpu_types`: the ones the file gives, the others
-/// estimated from them (type-to-type ratios of the jobs that give several,
+/// table of their rates on `gpu_types` they accept, each at the job's gang
+/// on the type: the ones the file gives, the others estimated from them
+/// (type-to-type ratios of the jobs that give several,
 /// [`RateModel::estimate`]; 1 iteration/s where nothing is known). Returns
 /// how many rates were estimated.
 pub fn to_model(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Job>, ThroughputTable, usize) {
-    let kinds: Vec<Kind> = jobs.iter().map(|j| Kind::new(&j.name, j.gang)).collect();
+    let (kinds, kind_of) = kinds(jobs, gpu_types);
     let estimates = given_rates(jobs).estimate(&kinds, gpu_types);
+    let nt = gpu_types.len();
     let mut table = ThroughputTable::default();
     let mut estimated = 0;
     let model = jobs
         .iter()
         .enumerate()
         .map(|(i, j)| {
+            let shapes = j.shapes();
             for (t, ty) in gpu_types.iter().enumerate() {
+                let Some(k) = kind_of[i * nt + t] else {
+                    continue; // not accepted: no rate
+                };
                 let rate = match j.throughput.get(ty) {
                     Some(r) => *r,
                     None => {
                         estimated += 1;
-                        estimates.get(i, t).rate
+                        estimates.get(k, t).rate
                     }
                 };
-                table.set_isolated(&j.name, j.gang, ty, rate);
+                table.set_isolated(&j.name, kinds[k].scale_factor, ty, rate);
             }
             // Types the cluster lacks are kept (the table is the file's).
             for (ty, rate) in j.throughput.iter().filter(|(t, _)| !gpu_types.contains(t)) {
-                table.set_isolated(&j.name, j.gang, ty, *rate);
+                let gang = j.gang_on(ty).unwrap_or(j.gang());
+                table.set_isolated(&j.name, gang, ty, *rate);
             }
             Job {
                 id: JobId(i as u32),
                 job_type: j.name.clone(),
-                scale_factor: j.gang,
+                scale_factor: j.gang(),
                 total_steps: j.iterations,
                 arrival_s: j.arrival,
                 priority_weight: j.weight,
@@ -304,6 +474,10 @@ pub fn to_model(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Job>, ThroughputT
                 batch: hadar_core::job::BatchInfo {
                     size: j.batch_size,
                     noise_scale: j.noise_scale,
+                },
+                placement: Placement {
+                    shapes,
+                    fork: j.fork,
                 },
             }
         })
@@ -352,6 +526,79 @@ mod tests {
         ] {
             let err = parse_jobs(&one(bad), "j.toml").unwrap_err().to_string();
             assert!(err.contains(field), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn gpu_types_alternatives_and_fork() {
+        let one = |extra: &str| {
+            format!("[[job]]\nname = \"a\"\ncommand = [\"t\"]\niterations = 10\n{extra}")
+        };
+        let text = one(
+            "alternatives = [{ type = \"a100\", gang = 1 }, { type = \"v100\", gang = 2 }]\n\
+             throughput = { a100 = 10.0, v100 = 12.0 }\nfork = false\n",
+        );
+        let types: Vec<String> = ["a100", "v100", "k80"].map(String::from).to_vec();
+        let (model, table, estimated) = to_model(&parse_jobs(&text, "j.toml").unwrap(), &types);
+        assert_eq!(estimated, 0, "no rate on k80, which it does not accept");
+        assert_eq!(table.isolated("a", 1, "k80"), None);
+        let job = &model[0];
+        assert_eq!(job.scale_factor, 1, "the first alternative's gang");
+        assert_eq!(
+            (job.gang_on("a100"), job.gang_on("v100")),
+            (Some(1), Some(2))
+        );
+        assert_eq!(job.gang_on("k80"), None);
+        assert!(!job.placement.fork);
+        assert_eq!(table.isolated("a", 2, "v100"), Some(12.0), "at v100's gang");
+        assert_eq!(table.isolated("a", 1, "a100"), Some(10.0));
+        let text = one("gang = 2\ngpu_types = [\"v100\", \"k80\"]\nthroughput = { k80 = 1.0 }\n");
+        let (model, table, estimated) = to_model(&parse_jobs(&text, "j.toml").unwrap(), &types);
+        assert_eq!(estimated, 1, "v100 at gang 2, estimated");
+        assert!(table.isolated("a", 2, "v100").is_some());
+        assert_eq!(table.isolated("a", 2, "a100"), None);
+        assert_eq!(model[0].placement.shapes.len(), 2);
+        assert_eq!(
+            (model[0].gang_on("k80"), model[0].gang_on("p100")),
+            (Some(2), None)
+        );
+        assert!(model[0].placement.fork, "fork by default");
+        assert_eq!(table.isolated("a", 2, "k80"), Some(1.0));
+        for (bad, needle) in [
+            (
+                "gang = 2\nalternatives = [{ type = \"v100\", gang = 2 }]\nthroughput = { v100 = 1.0 }",
+                "job[0].gang`: with `alternatives` each alternative gives its gang",
+            ),
+            (
+                "gpu_types = [\"v100\"]\nalternatives = [{ type = \"v100\", gang = 2 }]\n\
+                 throughput = { v100 = 1.0 }",
+                "job[0].alternatives`: give `gpu_types`",
+            ),
+            (
+                "alternatives = [{ type = \"v100\", gang = 0 }]\nthroughput = { v100 = 1.0 }",
+                "job[0].alternatives[0].gang",
+            ),
+            (
+                "alternatives = [{ type = \"v100\", gang = 1 }, { type = \"v100\", gang = 2 }]\n\
+                 throughput = { v100 = 1.0 }",
+                "job[0].alternatives[1]`: GPU type `v100` appears twice",
+            ),
+            (
+                "gpu_types = [\"k80\", \"k80\"]\nthroughput = { k80 = 1.0 }",
+                "job[0].gpu_types[1]",
+            ),
+            ("gpu_types = []\nthroughput = { k80 = 1.0 }", "job[0].gpu_types`: empty"),
+            (
+                "gpu_types = [\"k80\"]\nthroughput = { k80 = 1.0, v100 = 2.0 }",
+                "job[0].throughput.v100`: `v100` is not a type the job accepts (k80)",
+            ),
+            (
+                "alternatives = [{ type = \"v100\", gang = 1, colour = 2 }]\nthroughput = { v100 = 1.0 }",
+                "unknown field",
+            ),
+        ] {
+            let err = parse_jobs(&one(bad), "j.toml").unwrap_err().to_string();
+            assert!(err.contains(needle), "{bad}: {err}");
         }
     }
 

@@ -325,7 +325,7 @@ pub(crate) fn unix_now() -> f64 {
 /// What identifies a run's jobs: a saved state is resumed only with them.
 fn fingerprint(jobs: &[RunJob]) -> String {
     jobs.iter()
-        .map(|j| format!("{}:{}:{}", j.name, j.iterations, j.gang))
+        .map(|j| format!("{}:{}:{}", j.name, j.iterations, j.gang()))
         .collect::<Vec<_>>()
         .join(",")
 }

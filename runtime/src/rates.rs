@@ -1,7 +1,7 @@
 //! What a run believes each job runs at on each GPU type, and where each
 //! belief comes from, saved with the run's state for `hadar status`.
 
-use hadar_core::estimate::{Kind, RateModel, Source};
+use hadar_core::estimate::{RateModel, Source};
 use serde::{Deserialize, Serialize};
 
 use crate::jobs::RunJob;
@@ -23,14 +23,20 @@ pub struct BelievedRate {
     pub measurements: u64,
 }
 
-/// Every job's believed rate on every type of `gpu_types`, as the
-/// scheduler plans with it (before the exploration bonus).
+/// Every job's believed rate on every type of `gpu_types` it accepts (at
+/// its gang there), as the scheduler plans with it (before the
+/// exploration bonus).
 pub fn believed(jobs: &[RunJob], gpu_types: &[String], model: &RateModel) -> Vec<BelievedRate> {
-    let kinds: Vec<Kind> = jobs.iter().map(|j| Kind::new(&j.name, j.gang)).collect();
+    let (kinds, kind_of) = crate::jobs::kinds(jobs, gpu_types);
     let estimates = model.estimate(&kinds, gpu_types);
-    let mut out = Vec::with_capacity(jobs.len() * gpu_types.len());
-    for (k, kind) in kinds.iter().enumerate() {
+    let nt = gpu_types.len();
+    let mut out = Vec::with_capacity(jobs.len() * nt);
+    for i in 0..jobs.len() {
         for (t, ty) in gpu_types.iter().enumerate() {
+            let Some(k) = kind_of[i * nt + t] else {
+                continue;
+            };
+            let kind = &kinds[k];
             let e = estimates.get(k, t);
             out.push(BelievedRate {
                 job: kind.model.clone(),
@@ -57,6 +63,7 @@ fn source_name(s: Source) -> &'static str {
 mod tests {
     use super::*;
     use crate::jobs::parse_jobs;
+    use hadar_core::estimate::Kind;
 
     #[test]
     fn each_rate_says_where_it_comes_from() {
@@ -75,7 +82,11 @@ mod tests {
                 .find(|r| r.job == job && r.gpu_type == ty)
                 .unwrap();
             // (Rates round-trip through logs: to 1e-9.)
-            (r.source.as_str(), (r.rate * 1e9).round() / 1e9, r.measurements)
+            (
+                r.source.as_str(),
+                (r.rate * 1e9).round() / 1e9,
+                r.measurements,
+            )
         };
         assert_eq!(get("a", "v100"), ("measured", 8.0, 1));
         assert_eq!(get("a", "k80"), ("given", 1.0, 0));

@@ -112,6 +112,7 @@ fn build_batched(
                     noise_scale: Some(n),
                 }
             }),
+            placement: hadar_core::job::Placement::default(),
         })
         .collect();
     Workload::new(jobs, cluster, Arc::new(table()), "generated")

@@ -67,7 +67,18 @@ pub(super) fn check_plan(
         }
         // A gang gets all its workers or none. A copy of a forked job
         // (HadarE) is a replica on one node with up to its gang of GPUs.
-        let gang = workload.jobs()[t.job.index()].scale_factor as usize;
+        // With shapes the gang is the size on the type it was placed on.
+        let Some(gang) = workload.gang_for(t.job.index(), &t.gpus) else {
+            return Err(internal(
+                policy,
+                format!(
+                    "job {} got GPUs of a type it does not accept, or of types its \
+                     alternatives give different gangs",
+                    t.job
+                ),
+            ));
+        };
+        let gang = gang as usize;
         if !forked_jobs.contains(&t.job) && t.gpus.len() != gang {
             return Err(internal(
                 policy,

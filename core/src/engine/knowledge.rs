@@ -222,9 +222,11 @@ impl KnowledgeState {
 #[derive(Debug)]
 pub(super) struct Knowledge {
     settings: KnowledgeSettings,
-    /// Distinct kinds of the workload, and each job's.
+    /// Distinct kinds of the workload, and each job's on each type,
+    /// `kind_of[job * types + type]` (a job's kind on a type is its model at
+    /// its gang there; `None`: it does not accept the type).
     kinds: Vec<Kind>,
-    kind_of: Vec<usize>,
+    kind_of: Vec<Option<usize>>,
     types: Vec<String>,
     /// The estimates the scheduler's view was built from.
     built: Estimates,
@@ -245,19 +247,20 @@ impl Knowledge {
         if settings.throughput_knowledge == ThroughputKnowledge::Oracle {
             return None;
         }
-        let mut kinds: Vec<Kind> = Vec::new();
-        let kind_of = workload
-            .jobs()
-            .iter()
-            .map(|j| {
-                let k = Kind::new(&j.job_type, j.scale_factor);
-                kinds.iter().position(|x| *x == k).unwrap_or_else(|| {
-                    kinds.push(k);
-                    kinds.len() - 1
-                })
-            })
-            .collect();
         let types = workload.cluster().gpu_types().to_vec();
+        let mut kinds: Vec<Kind> = Vec::new();
+        let mut kind_of = Vec::with_capacity(workload.jobs().len() * types.len());
+        for j in workload.jobs() {
+            for ty in &types {
+                kind_of.push(j.gang_on(ty).map(|g| {
+                    let k = Kind::new(&j.job_type, g);
+                    kinds.iter().position(|x| *x == k).unwrap_or_else(|| {
+                        kinds.push(k);
+                        kinds.len() - 1
+                    })
+                }));
+            }
+        }
         let st = state.get_or_insert_with(|| KnowledgeState::new(RateModel::default(), workload));
         let built = st.model.estimate(&kinds, &types);
         Some(Self {
@@ -289,8 +292,20 @@ impl Knowledge {
                 .map(|e| e.rate)
                 .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
         };
+        // Only where some job takes the type at the kind's gang: a job is
+        // never shown a rate on a type it does not accept.
+        let nt = self.types.len();
+        let mut used = vec![false; self.kinds.len() * nt];
+        for (i, k) in self.kind_of.iter().enumerate() {
+            if let Some(k) = k {
+                used[k * nt + i % nt] = true;
+            }
+        }
         for (k, kind) in self.kinds.iter().enumerate() {
             for (t, ty) in self.types.iter().enumerate() {
+                if !used[k * nt + t] {
+                    continue;
+                }
                 let e = self.built.get(k, t);
                 let rate = match e.source {
                     Source::Measured => e.rate,
@@ -312,7 +327,12 @@ impl Knowledge {
         let sharing = model.sharing();
         let prior = (crate::estimate::SHARE_PRIOR * bonus).min(1.0);
         let reps: Vec<usize> = (0..self.kinds.len())
-            .map(|k| self.kind_of.iter().position(|&x| x == k).unwrap_or(0))
+            .map(|k| {
+                self.kind_of
+                    .iter()
+                    .position(|&x| x == Some(k))
+                    .map_or(0, |i| i / nt)
+            })
             .collect();
         for (a, kind) in self.kinds.iter().enumerate() {
             for b in a..self.kinds.len() {
@@ -392,12 +412,11 @@ impl Knowledge {
             if self.exploring.get(i).copied().unwrap_or(false) {
                 st.exploration_gpu_s += gpu_s;
             }
-            let job = &full.jobs()[t.job.index()];
             let alone = per_job.get(&t.job.0) == Some(&1) && t.copy == 0;
             let (Some(ty), true, true) = (r.gpu_type, alone, fresh || kept(i)) else {
                 continue;
             };
-            if t.gpus.len() != job.scale_factor as usize {
+            if Some(t.gpus.len() as u32) != full.gang(t.job.index(), ty) {
                 continue;
             }
             let whole = r.busy_s >= 0.5 * plan.length_s && r.steps > 0;
@@ -411,7 +430,10 @@ impl Knowledge {
             } else {
                 r.steps as f64 / r.busy_s * self.noise(plan.index, t.job.0)
             };
-            let kind = &self.kinds[self.kind_of[t.job.index()]];
+            let Some(k) = self.kind_of[t.job.index() * self.types.len() + ty.index()] else {
+                continue;
+            };
+            let kind = &self.kinds[k];
             let ty = cluster.gpu_type_name(ty);
             match partners[i] {
                 Some(p) => {
@@ -445,12 +467,15 @@ impl Knowledge {
         plan: &RoundPlan,
         full: &Workload,
     ) -> String {
-        let k = self.kind_of[job.index()];
+        let nt = self.types.len();
         let rates: Vec<String> = self
             .types
             .iter()
             .enumerate()
             .map(|(t, ty)| {
+                let Some(k) = self.kind_of[job.index() * nt + t] else {
+                    return format!("{ty} not accepted");
+                };
                 let e = self.built.get(k, t);
                 let from = match e.source {
                     Source::Measured => "measured",
@@ -505,9 +530,12 @@ impl Knowledge {
         for &j in active {
             let j = j.index();
             let first = *st.first_round[j].get_or_insert(round);
-            let k = self.kind_of[j];
-            for t in 0..self.types.len() {
+            let nt = self.types.len();
+            for t in 0..nt {
                 let truth = full.rates_of(j)[t];
+                let Some(k) = self.kind_of[j * nt + t] else {
+                    continue;
+                };
                 if st.converged[j][t].is_some() || truth <= 0.0 {
                     continue;
                 }

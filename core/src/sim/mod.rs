@@ -422,3 +422,6 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
         std::thread::yield_now();
     }
 }
+
+#[cfg(test)]
+mod shapes_tests;

@@ -110,6 +110,7 @@ pub fn parse_trace(text: &str, source: &str) -> Result<(Vec<Job>, TraceFormat)> 
                 slo_s: parse_slo(cols[8], &at)?,
                 arrival_s: parse_time(cols[9], &at, TEN[9])?,
                 batch: BatchInfo::default(),
+                placement: crate::job::Placement::default(),
             },
             TraceFormat::SevenColumn => Job {
                 id,
@@ -126,6 +127,7 @@ pub fn parse_trace(text: &str, source: &str) -> Result<(Vec<Job>, TraceFormat)> 
                 priority_weight: 1.0,
                 slo_s: None,
                 batch: BatchInfo::default(),
+                placement: crate::job::Placement::default(),
             },
         };
         if job.arrival_s < last_arrival {

@@ -271,6 +271,7 @@ pub fn generate(spec: &GeneratorSpec, table: &ThroughputTable) -> Result<Vec<Job
                 slo_s: None,
                 launch: t.launch(),
                 batch: crate::job::BatchInfo::default(),
+                placement: crate::job::Placement::default(),
             }
         })
         .collect();

@@ -113,6 +113,7 @@ impl GavelScheduler {
                 ))
             }
         };
+        refuse_alternatives(kind, workload)?;
         let n = workload.jobs().len();
         let k = workload.cluster().gpu_types().len();
         Ok(Self {
@@ -191,10 +192,16 @@ impl GavelScheduler {
         let mut rates = Vec::with_capacity(jobs.len() * k);
         for &j in jobs {
             let r = w.rates_of(j.index());
+            // The type-agnostic views keep the types a job does not accept
+            // (`gpu_types`) at 0; their reference is the first it accepts.
+            let reference = r.iter().copied().find(|&x| x > 0.0).unwrap_or(0.0);
+            let gangs = w.gangs_of(j.index());
+            let agnostic = |v: f64| gangs.iter().map(move |&g| if g > 0 { v } else { 0.0 });
             match self.view {
                 RateView::Perf => rates.extend_from_slice(r),
-                RateView::Ones => rates.extend(std::iter::repeat_n(1.0, k)),
-                RateView::Reference => rates.extend(std::iter::repeat_n(r[0], k)),
+                RateView::Ones => rates.extend(agnostic(1.0)),
+                RateView::Reference if r[0] > 0.0 => rates.extend(agnostic(r[0])),
+                RateView::Reference => rates.extend(agnostic(reference)),
             }
         }
         let sf: Vec<u32> = jobs
@@ -319,8 +326,9 @@ impl Scheduler for GavelScheduler {
             if self.fifo && self.priority(w, j, ty) <= 0.0 {
                 continue;
             }
-            let sf = w.jobs()[j.index()].scale_factor;
-            if sf > left[ty] {
+            // Its gang on that type (one size everywhere: see `new`).
+            let sf = w.gangs_of(j.index())[ty];
+            if sf == 0 || sf > left[ty] {
                 continue;
             }
             left[ty] -= sf;
@@ -335,6 +343,27 @@ impl Scheduler for GavelScheduler {
         let tasks = assign_gpus(w, &mut self.picker, &chosen, &mut self.held);
         Ok(Decision { tasks, solved })
     }
+}
+
+/// Gavel's allocation LPs give each job one gang size on every type, so a
+/// job whose alternatives change the gang with the type is refused, naming
+/// the policies that plan with them. (`gpu_types` alone, one gang size, is
+/// only a rate of 0 on the other types and works with every policy.)
+fn refuse_alternatives(kind: PolicyKind, workload: &Workload) -> Result<()> {
+    let Some(j) = (0..workload.jobs().len()).find(|&j| !workload.uniform_gang(j)) else {
+        return Ok(());
+    };
+    let job = &workload.jobs()[j];
+    Err(crate::Error::setting(
+        "policy",
+        format!(
+            "{kind} cannot plan job {} (`{}`): its `alternatives` change the gang size with \
+             the GPU type, and Gavel's policies give a job one gang size on every type; use \
+             hadar, hadar:makespan, hadare or hadare:makespan, or give the job one gang \
+             (`gang` with `gpu_types`)",
+            job.id, job.job_type
+        ),
+    ))
 }
 
 /// Gives each chosen job concrete GPUs of its type: first the jobs that can
@@ -354,7 +383,7 @@ fn assign_gpus(
         rest.clear();
         for &j in jobs {
             let prev = &held[j.index()];
-            let keep = prev.len() == w.jobs()[j.index()].scale_factor as usize
+            let keep = prev.len() == w.gangs_of(j.index())[ty] as usize
                 && prev
                     .iter()
                     .all(|&g| picker.is_free(g) && cluster.gpu(g).gpu_type.index() == ty);
@@ -371,7 +400,7 @@ fn assign_gpus(
         }
         rest.sort_by_key(|j| std::cmp::Reverse(w.jobs()[j.index()].scale_factor));
         for &j in &rest {
-            let sf = w.jobs()[j.index()].scale_factor as usize;
+            let sf = w.gangs_of(j.index())[ty] as usize;
             let gpus = picker.pick(cluster, ty, sf);
             held[j.index()].clone_from(&gpus);
             tasks.push(Task {

@@ -35,7 +35,9 @@ impl HadarScheduler {
             }
         }
         // Larger gangs first: they need the consolidated holes.
-        rest.sort_by_key(|(j, _)| std::cmp::Reverse(w.jobs()[j.index()].scale_factor));
+        rest.sort_by_key(|(_, alloc)| {
+            std::cmp::Reverse(alloc.iter().map(|&(_, n)| n).sum::<u32>())
+        });
         let k = self.type_names.len();
         for (j, alloc) in rest {
             let mut gpus = Vec::new();
@@ -57,7 +59,7 @@ impl HadarScheduler {
         let mut out = Vec::with_capacity(tasks.len());
         for t in tasks {
             let ty = cluster.gpu(t.gpus[0]).gpu_type.index();
-            let gang = w.jobs()[t.job.index()].scale_factor as usize;
+            let gang = w.gangs_of(t.job.index())[ty] as usize;
             if self.runs_as_copies(t.job, k, ty) && (t.gpus.len() > 1 || gang > 1) {
                 for (c, &g) in t.gpus.iter().enumerate() {
                     out.push(Task {

@@ -29,8 +29,9 @@ impl HadarScheduler {
     /// HadarE: GPUs still free after the gangs are placed run copies of the
     /// jobs in `order` (best first). A copy is a full replica on one node,
     /// with as many of that node's free GPUs of one type as the table has a
-    /// rate for (up to the job's gang); copies of a job sit on distinct
-    /// nodes. Its gang, if it runs, is copy 0.
+    /// rate for (up to the job's gang on that type); copies of a job sit on
+    /// distinct nodes. Its gang, if it runs, is copy 0. A job with
+    /// `fork = false` gets no copy.
     ///
     /// A copy is added only while it gains under the fork model
     /// (`ForkCurve::marginal` > 0: a slot where averaging in one more copy
@@ -134,6 +135,10 @@ impl HadarScheduler {
             if nodes_used.get(&j).is_some_and(|n| n.contains(&slot.node)) {
                 continue;
             }
+            // `fork = false`: the job runs as its gang or not at all.
+            if !w.jobs()[j.index()].placement.fork {
+                continue;
+            }
             let k = copies.get(&j).copied().unwrap_or(0);
             if k >= 1 && !self.warm.get(j.index()).copied().unwrap_or(true) {
                 continue;
@@ -145,7 +150,8 @@ impl HadarScheduler {
             if best.is_some_and(|b| score <= b.0 + TIE * b.0.abs().max(1.0)) {
                 continue;
             }
-            let max = slot.free.min(w.jobs()[j.index()].scale_factor);
+            // Up to the job's gang on the slot's type (0: not accepted).
+            let max = slot.free.min(w.gang(j.index(), slot.ty).unwrap_or(0));
             let size = (1..=max)
                 .rev()
                 .find(|&g| w.rate_at(j.index(), g, slot.ty).is_some_and(|r| r > 0.0));

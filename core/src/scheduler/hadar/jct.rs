@@ -179,13 +179,15 @@ impl HadarScheduler {
 }
 
 /// What the subroutine sees of job `j`; `rates` is the planner's table.
-fn job_view<'a>(ctx: &RoundContext<'_>, rates: &'a [f64], j: JobId) -> JobView<'a> {
+fn job_view<'a>(ctx: &RoundContext<'a>, rates: &'a [f64], j: JobId) -> JobView<'a> {
     let w = ctx.workload;
     let k = w.cluster().gpu_types().len();
     let job = &w.jobs()[j.index()];
     JobView {
         rates: &rates[j.index() * k..(j.index() + 1) * k],
-        gang: job.scale_factor,
+        gangs: w.gangs_of(j.index()),
+        preference: w.preference_of(j.index()),
+        uniform: w.uniform_gang(j.index()),
         remaining: ctx.state.remaining(w, j) as f64,
         arrival_s: job.arrival_s,
         weight: job.priority_weight,

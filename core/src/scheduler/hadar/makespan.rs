@@ -71,7 +71,7 @@ impl MakespanPlan {
                 .iter()
                 .map(|&j| FluidJob {
                     rates: &rates[j.index() * k..(j.index() + 1) * k],
-                    gang: w.jobs()[j.index()].scale_factor,
+                    gangs: w.gangs_of(j.index()),
                     steps: ctx.state.remaining(w, j) as f64,
                     arrival_s: 0.0,
                 })
@@ -126,13 +126,13 @@ impl MakespanPlan {
         let mut out = Vec::new();
         let mut placed = vec![false; keyed.len()];
         for (i, &(_, j)) in keyed.iter().enumerate() {
-            let gang = w.jobs()[j.index()].scale_factor;
+            let gangs = w.gangs_of(j.index());
             let row = &self.left[j.index() * k..(j.index() + 1) * k];
             let mut prefs: Vec<usize> = (0..k).filter(|&t| row[t] > 0.0).collect();
             prefs.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
-            if let Some(&t) = prefs.iter().find(|&&t| free[t] >= gang) {
-                free[t] -= gang;
-                out.push((j, vec![(t, gang)]));
+            if let Some(&t) = prefs.iter().find(|&&t| free[t] >= gangs[t]) {
+                free[t] -= gangs[t];
+                out.push((j, vec![(t, gangs[t])]));
                 placed[i] = true;
             }
         }
@@ -141,13 +141,14 @@ impl MakespanPlan {
                 if placed[i] {
                     continue;
                 }
-                let gang = w.jobs()[j.index()].scale_factor;
+                let gangs = w.gangs_of(j.index());
+                let pref = w.preference_of(j.index());
                 let r = &rates[j.index() * k..(j.index() + 1) * k];
                 let mut types: Vec<usize> = (0..k).filter(|&t| r[t] > 0.0).collect();
-                types.sort_by(|&a, &b| r[b].total_cmp(&r[a]));
-                if let Some(&t) = types.iter().find(|&&t| free[t] >= gang) {
-                    free[t] -= gang;
-                    out.push((j, vec![(t, gang)]));
+                types.sort_by(|&a, &b| r[b].total_cmp(&r[a]).then(pref[a].cmp(&pref[b])));
+                if let Some(&t) = types.iter().find(|&&t| free[t] >= gangs[t]) {
+                    free[t] -= gangs[t];
+                    out.push((j, vec![(t, gangs[t])]));
                 }
             }
         }

@@ -149,7 +149,8 @@ impl Scheduler for HadarScheduler {
 
 /// The rates Hadar plans with (see `HadarScheduler::rates`): with HadarE,
 /// a gang of `g` may run as `g` single-GPU copies, worth `progress(g)`
-/// copies under the fork model.
+/// copies under the fork model (`g` is the job's gang on the type; never
+/// for a job with `fork = false`).
 fn planning_rates(
     w: &Workload,
     settings: &HadarSettings,
@@ -162,8 +163,9 @@ fn planning_rates(
         for t in 0..k {
             let ty = crate::cluster::GpuTypeId(t as u16);
             let gang = w.rate(j, ty);
-            let copies = if settings.fork && job.scale_factor > 1 {
-                w.rate_at(j, 1, ty).unwrap_or(0.0) * curves.curve(j).progress(job.scale_factor)
+            let size = w.gang(j, ty).unwrap_or(0);
+            let copies = if settings.fork && job.placement.fork && size > 1 {
+                w.rate_at(j, 1, ty).unwrap_or(0.0) * curves.curve(j).progress(size)
             } else {
                 0.0
             };

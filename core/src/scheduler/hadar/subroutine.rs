@@ -19,8 +19,15 @@ use super::utility::Utility;
 pub struct JobView<'a> {
     /// Steps/s of the whole gang on each type (0: cannot run there).
     pub rates: &'a [f64],
-    /// Gang size.
-    pub gang: u32,
+    /// Gang size on each type: the job's shape there (see
+    /// [`crate::job::Placement`]; 0 where it does not accept the type).
+    pub gangs: &'a [u32],
+    /// Rank of each type among the job's shapes: of two types at the same
+    /// rate, the lower rank is taken first.
+    pub preference: &'a [u16],
+    /// Whether its gang has one size on every type it accepts (only then
+    /// may one gang span types).
+    pub uniform: bool,
     /// Steps left.
     pub remaining: f64,
     /// Arrival (s).
@@ -120,7 +127,7 @@ pub fn options(
                 // Beyond the horizon: assume it then runs without a break on
                 // its bottleneck type, at that type's idle price.
                 let extra = remaining / rate;
-                cost += extra * f64::from(job.gang) * grid.base(b);
+                cost += extra * f64::from(job.gangs[b]) * grid.base(b);
                 ctx.now_s + grid.horizon() as f64 * ctx.round_s + extra
             }
         };
@@ -203,9 +210,11 @@ fn sort_by_speed(job: &JobView<'_>, scratch: &mut Scratch) {
     scratch
         .types_by_speed
         .extend((0..k).filter(|&w| job.rates[w] > 0.0));
-    scratch
-        .types_by_speed
-        .sort_by(|&a, &b| job.rates[b].total_cmp(&job.rates[a]));
+    scratch.types_by_speed.sort_by(|&a, &b| {
+        job.rates[b]
+            .total_cmp(&job.rates[a])
+            .then(job.preference[a].cmp(&job.preference[b]))
+    });
 }
 
 /// The types a schedule with bottleneck `types[bi]` may use: that type only,
@@ -219,9 +228,10 @@ fn eligible(types: &[usize], bi: usize, only: bool) -> &[usize] {
 }
 
 /// The job's gang in round `t` on the fastest `eligible` type (sorted
-/// fastest first) with room for all of it; failing that, when mixing is
-/// allowed, spread over the fastest eligible types with free GPUs, running
-/// at the slowest one's rate. Returns the price per second and the rate, or
+/// fastest first) with room for all of it (its gang on that type: a job
+/// with alternatives changes gang with the type); failing that, when mixing
+/// is allowed and the job's gang has one size everywhere, spread over the
+/// fastest eligible types with free GPUs, running at the slowest one's rate. Returns the price per second and the rate, or
 /// `None` if the eligible types lack room.
 fn take_gpus(
     grid: &PriceGrid,
@@ -232,14 +242,15 @@ fn take_gpus(
     take: &mut Vec<(usize, u32)>,
 ) -> Option<(f64, f64)> {
     take.clear();
-    let gang = job.gang;
-    if let Some(&w) = eligible.iter().find(|&&w| grid.free(t, w) >= gang) {
+    if let Some(&w) = eligible.iter().find(|&&w| grid.free(t, w) >= job.gangs[w]) {
+        let gang = job.gangs[w];
         take.push((w, gang));
         return Some((marginal_cost(grid, t, w, gang), job.rates[w]));
     }
-    if !mixed {
+    if !mixed || !job.uniform {
         return None;
     }
+    let gang = job.gangs[*eligible.first()?];
     let free_total: u32 = eligible.iter().map(|&w| grid.free(t, w)).sum();
     if free_total < gang {
         return None;

@@ -39,6 +39,7 @@ fn workload_arriving(steps: [u64; 3], arrivals: [f64; 3]) -> Workload {
             slo_s: None,
             launch: Launch::default(),
             batch: crate::job::BatchInfo::default(),
+            placement: crate::job::Placement::default(),
         })
         .collect();
     let cluster = Arc::new(Cluster::from_short_form("fast=1,slow=2", 1).unwrap());
@@ -64,7 +65,9 @@ fn the_subroutine_weighs_waiting_for_a_fast_gpu_against_running_slow() {
     grid.commit(1, 0, 1);
     let job = JobView {
         rates: w.rates_of(0),
-        gang: 1,
+        gangs: w.gangs_of(0),
+        preference: w.preference_of(0),
+        uniform: true,
         remaining: 800.0,
         arrival_s: 0.0,
         weight: 1.0,
@@ -93,7 +96,9 @@ fn prices_make_a_job_that_gains_little_leave_the_fast_gpu() {
     let grid = PriceGrid::new(vec![1, 2], 8, vec![1.0, 0.1], 16.0);
     let b = JobView {
         rates: w.rates_of(1),
-        gang: 1,
+        gangs: w.gangs_of(1),
+        preference: w.preference_of(1),
+        uniform: true,
         remaining: 500.0,
         arrival_s: 0.0,
         weight: 1.0,
