@@ -196,8 +196,11 @@ async fn an_interrupted_run_resumes_without_redoing_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jobs_file_without_throughputs_runs_on_measured_rates() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = config(PolicyKind::Hadar, dir.path(), 3000);
-    cfg.jobs = parse_jobs(&jobs_with(3000, ""), "jobs.toml").expect("jobs without rates");
+    // Long enough (about 4 s a job) that tasks keep their GPUs for whole
+    // rounds: a task's first round carries its start-up and measures
+    // nothing, so jobs done within two rounds would teach the model nothing.
+    let mut cfg = config(PolicyKind::Hadar, dir.path(), 12_000);
+    cfg.jobs = parse_jobs(&jobs_with(12_000, ""), "jobs.toml").expect("jobs without rates");
     assert!(cfg.jobs.iter().all(|j| j.throughput.is_empty()));
     let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
