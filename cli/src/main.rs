@@ -213,9 +213,17 @@ fn main() -> ExitCode {
 }
 
 fn fail(e: &CliError) -> ExitCode {
-    eprintln!("error: {e}");
+    // Errors quote what users wrote (names, GPU types, paths): control
+    // characters in them are escaped, line by line.
+    let shown = |s: String| -> String {
+        s.split('\n')
+            .map(report::escape)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    eprintln!("error: {}", shown(e.to_string()));
     if let Some(hint) = e.hint() {
-        eprintln!("hint: {hint}");
+        eprintln!("hint: {}", shown(hint.to_string()));
     }
     ExitCode::from(e.code())
 }

@@ -393,6 +393,13 @@ fn check_shapes(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
 /// (measured rates join them as the run goes).
 pub fn given_rates(jobs: &[RunJob]) -> RateModel {
     let mut model = RateModel::default();
+    give_rates(jobs, &mut model);
+    model
+}
+
+/// Gives `model` the rates the jobs file gives (replacing what it was given
+/// before; what it measured stays).
+pub fn give_rates(jobs: &[RunJob], model: &mut RateModel) {
     for j in jobs {
         for (ty, rate) in &j.throughput {
             // Checked by `parse_jobs`: a job gives rates only on types it
@@ -402,7 +409,6 @@ pub fn given_rates(jobs: &[RunJob]) -> RateModel {
             }
         }
     }
-    model
 }
 
 /// The distinct kinds (a job's name at its gang on a type) of `jobs` on

@@ -82,6 +82,21 @@ pub enum RunError {
         /// What differs.
         difference: String,
     },
+    /// The state directory's run has tasks on another backend.
+    #[error(
+        "{dir} holds a run with tasks running on the {saved} backend, and this run uses \
+         {now}: only {saved} can find and stop them. Resume it with `--backend {saved}` (then \
+         `hadar stop` it to move it: a run with no task running may change backend), or use \
+         another --state directory"
+    )]
+    OtherBackend {
+        /// The state directory.
+        dir: PathBuf,
+        /// The backend the saved run's tasks run on.
+        saved: String,
+        /// This run's backend.
+        now: String,
+    },
     /// `--fresh` cannot find the old run's tasks.
     #[error(
         "--fresh: the saved run in {dir} cannot be read ({why}), so its tasks cannot be found \
@@ -384,7 +399,9 @@ pub async fn run(
         start_over(&config, &backend).await?;
     }
     let workload = workload(&config)?;
-    let state = initial_state(&config)?;
+    let mut state = initial_state(&config)?;
+    same_backend(&config.state_dir, &state, backend.name())?;
+    state.backend = Some(backend.name().to_string());
     let already_finished = state.finished;
     let resume = Some(with_given_rates(
         state.loop_state.clone(),
@@ -462,8 +479,11 @@ pub fn knowledge(config: &RunConfig) -> KnowledgeSettings {
 /// them already, with what it measured since).
 fn with_given_rates(saved: Option<LoopState>, workload: &Workload, jobs: &[RunJob]) -> LoopState {
     let mut st = saved.unwrap_or_else(|| LoopState::new(workload));
-    if st.knowledge.is_none() {
-        st.knowledge = Some(KnowledgeState::new(jobs::given_rates(jobs), workload));
+    match &mut st.knowledge {
+        None => st.knowledge = Some(KnowledgeState::new(jobs::given_rates(jobs), workload)),
+        // Resumed: the file's rates as they are now (edited since, say),
+        // beside what was measured.
+        Some(k) => jobs::give_rates(jobs, &mut k.model),
     }
     st
 }
@@ -494,7 +514,27 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             finished: false,
             finished_unix_s: None,
             rates: Vec::new(),
+            backend: None,
         }),
+    }
+}
+
+/// Refuses a saved run whose tasks run on another backend: this one could
+/// neither find them (it would start them again beside the old ones) nor
+/// stop them. A run with no task alive may move to another backend (its
+/// checkpoints are in the state directory).
+pub(crate) fn same_backend(dir: &Path, state: &RunState, now: &str) -> Result<(), RunError> {
+    match &state.backend {
+        Some(saved)
+            if saved != now && !(state.running.is_empty() && state.launching.is_empty()) =>
+        {
+            Err(RunError::OtherBackend {
+                dir: dir.to_path_buf(),
+                saved: saved.clone(),
+                now: now.to_string(),
+            })
+        }
+        _ => Ok(()),
     }
 }
 
@@ -504,6 +544,7 @@ async fn start_over(config: &RunConfig, backend: &Arc<dyn Backend>) -> Result<()
     let dir = &config.state_dir;
     match load_state(dir) {
         Ok(Some(old)) => {
+            same_backend(dir, &old, backend.name())?;
             let mut handles: Vec<_> = old.running.iter().map(|r| r.handle.clone()).collect();
             backend.open().await?;
             for r in &old.launching {

@@ -94,6 +94,9 @@ pub struct RunState {
     /// (as of the last saved round; for `hadar status`).
     #[serde(default)]
     pub rates: Vec<crate::rates::BelievedRate>,
+    /// The backend its tasks run on (none in states of older versions).
+    #[serde(default)]
+    pub backend: Option<String>,
 }
 
 impl RunState {
@@ -209,7 +212,35 @@ mod tests {
             finished: false,
             finished_unix_s: None,
             rates: Vec::new(),
+            backend: None,
         }
+    }
+
+    #[test]
+    fn a_run_with_tasks_alive_keeps_its_backend() {
+        let dir = Path::new("/s");
+        let mut s = state(1);
+        assert!(
+            crate::same_backend(dir, &s, "docker").is_ok(),
+            "an old state"
+        );
+        s.backend = Some("local".into());
+        assert!(
+            crate::same_backend(dir, &s, "docker").is_ok(),
+            "nothing alive"
+        );
+        s.running.push(task(0, vec!["n".into()]));
+        assert!(crate::same_backend(dir, &s, "local").is_ok());
+        let err = crate::same_backend(dir, &s, "docker")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`--backend local`"), "{err}");
+        s.running.clear();
+        s.launching.push(task(0, vec!["n".into()]));
+        assert!(
+            crate::same_backend(dir, &s, "ssh").is_err(),
+            "a launch recorded"
+        );
     }
 
     fn task(job: u32, nodes: Vec<String>) -> Running {

@@ -135,3 +135,24 @@ async fn an_unknown_node_is_refused() {
         other => panic!("expected an unknown node, got {other:?}"),
     }
 }
+
+/// A launch sent twice (its answer lost, the command sent again on a fresh
+/// session) starts its task once: both answers name the same process, and
+/// the task's output is in its log once.
+#[tokio::test]
+async fn a_launch_sent_twice_starts_its_task_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = Target {
+        node: "h1".into(),
+        workdir: dir.path().to_path_buf(),
+        trainer: local_trainer(),
+    };
+    let ssh: Arc<dyn Backend> = Arc::new(backend(ssh_dir().join("known_hosts"), false));
+    let s = spec(&t, "twice", vec!["echo".into(), "ran".into()], 1);
+    let first = ssh.launch(&s).await.expect("launch");
+    let again = ssh.launch(&s).await.expect("the same launch again");
+    assert_eq!(first.id, again.id, "the same process");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let log = std::fs::read_to_string(s.workdir.join("task.log")).expect("log");
+    assert_eq!(log, "ran\n", "started once");
+}

@@ -1009,8 +1009,17 @@ impl Backend for SlurmBackend {
             let name = name.clone();
             tokio::task::spawn_blocking(move || orphans::kill_sruns_named(&name))
                 .await
-                .unwrap_or(0)
+                .unwrap_or(Ok(0))
         };
+        // Still alive after SIGKILL (stuck in the kernel): not "never" yet.
+        // Said as its node not answering, so the launch stays recorded for
+        // a later look instead of being made again.
+        let n = n.map_err(|alive| BackendError::Unreachable {
+            node: task.node().to_string(),
+            message: format!(
+                "{alive} srun(s) of step {name} still run after SIGKILL; looking again later"
+            ),
+        })?;
         if n == 0 {
             return Ok(None);
         }

@@ -14,14 +14,17 @@ const GONE_WAIT: Duration = Duration::from_secs(5);
 /// `--job-name=NAME`.
 fn sruns_named(name: &str) -> Vec<i32> {
     let want = format!("--job-name={name}");
-    let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    // Without knowing who we are, nothing is known to be ours.
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return vec![];
+    };
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return vec![];
     };
     dir.flatten()
         .filter_map(|e| {
             let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            if std::fs::metadata(e.path()).map(|m| m.uid()).ok() != uid {
+            if std::fs::metadata(e.path()).map(|m| m.uid()).ok() != Some(uid) {
                 return None;
             }
             let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
@@ -35,8 +38,9 @@ fn sruns_named(name: &str) -> Vec<i32> {
 
 /// Kills (SIGKILL) every srun of this user named `--job-name=NAME` and waits
 /// until they are gone: none of them can create its step afterwards. How
-/// many there were.
-pub fn kill_sruns_named(name: &str) -> usize {
+/// many there were; `Err(n)`: `n` of them still run after the wait (they
+/// might still create the step).
+pub fn kill_sruns_named(name: &str) -> Result<usize, usize> {
     let pids = sruns_named(name);
     for &pid in &pids {
         let _ = nix::sys::signal::kill(
@@ -48,7 +52,10 @@ pub fn kill_sruns_named(name: &str) -> usize {
     while Instant::now() < deadline && pids.iter().any(|p| alive(*p)) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    pids.len()
+    match pids.iter().filter(|p| alive(**p)).count() {
+        0 => Ok(pids.len()),
+        n => Err(n),
+    }
 }
 
 /// Whether `pid` still runs (a zombie does not: it cannot create a step).

@@ -95,6 +95,16 @@ const RESERVED: &[(&str, Option<char>, &str)] = &[
     ),
     ("kill-on-bad-exit", Some('K'), "Hadar sets it"),
     (
+        "whole",
+        None,
+        "Hadar sets --exact: a step holds only what it asked for",
+    ),
+    (
+        "external-launcher",
+        None,
+        "a task is a step Hadar launches and follows",
+    ),
+    (
         "signal",
         None,
         "Hadar stops steps itself (stop_signal, stop_grace_seconds)",
@@ -144,7 +154,10 @@ const SHORT_WITH_VALUE: &str = "AbcdDeiJLmMnNoprqSTtwWxBCFG";
 pub fn check_srun_args(words: &[String]) -> Result<(), String> {
     let mut value_next = false;
     for word in words {
-        if std::mem::take(&mut value_next) {
+        // A value is not an option: a word after an option that may take
+        // one, but that looks like an option, is checked as one (an srun
+        // flag missing from `takes_value`'s list must not hide `--gres`).
+        if std::mem::take(&mut value_next) && !word.starts_with('-') {
             continue;
         }
         if word == "--" || !word.starts_with('-') || word == "-" {
@@ -267,8 +280,8 @@ mod tests {
             &["-c", "4", "-C", "fast"],
             &["-c4", "--cpu-bind=cores", "--unbuffered", "--time=10"],
             &["--mem-per-gpu=8G", "--gpu-bind=closest", "--propagate"],
-            // Values that look like reserved options are values.
-            &["--comment", "--jobid=1", "-c", "-w"],
+            // A value may start with `-` when joined by `=`.
+            &["--comment=--jobid=1", "--nice=-5"],
         ] {
             assert_eq!(check_srun_args(&words(ok)), Ok(()), "{ok:?}");
         }
@@ -294,6 +307,13 @@ mod tests {
             (&["-l"], "job protocol"),
             (&["--nodel=x"], "srun reads it as --nodelist"),
             (&["--ove"], "srun reads it as --overlap"),
+            (&["--whole"], "`--whole`"),
+            // A word after an option that looks like an option is one: a
+            // flag missing from the list of those without a value does not
+            // hide it.
+            (&["--some-new-flag", "--gres=gpu:8"], "GPUs it schedules"),
+            (&["--comment", "--jobid=1"], "`--jobid`"),
+            (&["-c", "-w", "x"], "`-w` (--nodelist)"),
         ] {
             let err = check_srun_args(&words(bad)).expect_err(&format!("{bad:?}"));
             assert!(err.contains(needle), "{bad:?}: {err}");

@@ -181,6 +181,28 @@ impl std::fmt::Debug for Inner {
 }
 
 /// `s` quoted for a POSIX shell.
+/// The shell command that starts a task, idempotent: the first run of it
+/// makes a marker directory named for the task's token (mkdir is atomic)
+/// and starts the task; a second run (the command sent again after its
+/// answer was lost) finds the marker and prints the same pid, starting
+/// nothing. A program that is not there fails at once, with status 127.
+fn launch_command(dir: &str, program: &str, words: &str, token: &str) -> String {
+    // FNV-1a: a stable, filename-safe name for any token.
+    let hash = token.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let marker = format!(".hadar-launch-{hash:016x}");
+    format!(
+        "mkdir -p {dir} && cd {dir} && if mkdir {marker} 2>/dev/null; then \
+         rm -f {EXIT_FILE} && \
+         {{ command -v {program} >/dev/null 2>&1 || \
+         {{ rmdir {marker}; echo \"no such program\"; exit 127; }}; }} && \
+         {{ {words} >> {LOG_FILE} 2>&1 < /dev/null & echo $! > {marker}/pid; cat {marker}/pid; }}; \
+         else i=0; while [ ! -s {marker}/pid ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; \
+         cat {marker}/pid; fi"
+    )
+}
+
 fn q(s: &str) -> Result<String, BackendError> {
     shlex::try_quote(s)
         .map(|c| c.into_owned())
@@ -348,6 +370,9 @@ impl Inner {
             session.set_timeout(timeout(self.options.timeout));
             Ok((channel.exit_status().map_err(fail)?, out))
         };
+        // Once more on a fresh session, also when the answer was lost after
+        // the command ran: every command this backend sends must therefore
+        // be idempotent (a launch is: see `launch_command`).
         match once(false) {
             Err(BackendError::Unreachable { .. }) => once(true),
             other => other,
@@ -554,12 +579,7 @@ impl Backend for SshBackend {
         }
         // A program that is not there fails here, at once, with status 127.
         let program = q(&spec.argv[0])?;
-        let cmd = format!(
-            "mkdir -p {dir} && cd {dir} && rm -f {EXIT_FILE} && \
-             {{ command -v {program} >/dev/null 2>&1 || {{ echo \"no such program\"; exit 127; }}; }} && \
-             {{ {} >> {LOG_FILE} 2>&1 < /dev/null & echo $!; }}",
-            words.join(" ")
-        );
+        let cmd = launch_command(&dir, &program, &words.join(" "), &spec.token);
         let node = spec.node().to_string();
         let (code, out) = self.run(move |b| b.exec(&node, &cmd)).await?;
         if code == 127 {

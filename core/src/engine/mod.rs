@@ -212,9 +212,11 @@ pub async fn run_rounds(
         }
         None => LoopState::new(workload),
     };
-    // (A state handed in before its first round, a real run's with the
-    // rates its jobs file gave, is checked as a new one is.)
-    if st.round == 0 {
+    // A simulation that would run for ages is refused before it starts (a
+    // state handed in before its first round is checked as a new one is).
+    // Not a real run: its rates are estimates, perhaps only priors, and its
+    // time is the wall clock's.
+    if st.round == 0 && caps.virtual_time {
         check::affordable(workload, settings.round_s)?;
     }
     settings.knowledge.check()?;

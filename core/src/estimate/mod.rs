@@ -262,8 +262,15 @@ impl RateModel {
         for (k, kind) in kinds.iter().enumerate() {
             let anchors: Vec<Option<f64>> = (0..nt).map(|t| logs[k][t].or(given[k][t])).collect();
             for t in 0..nt {
+                // A rate of 0 given means "cannot run there": kept, and
+                // left out of the ratios (its log is -inf).
+                let never = self
+                    .find(kind, &types[t])
+                    .is_some_and(|e| e.given == Some(0.0));
                 let (log, source) = if let Some(m) = logs[k][t] {
                     (m, Source::Measured)
+                } else if never {
+                    (f64::NEG_INFINITY, Source::Given)
                 } else if let Some(g) = given[k][t] {
                     (g, Source::Given)
                 } else if let Some(r) = through_ratios(&anchors, &ratios, t) {

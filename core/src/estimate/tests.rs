@@ -177,3 +177,19 @@ fn the_model_round_trips_through_json() {
     let back: RateModel = serde_json::from_str(&text).unwrap();
     assert_eq!(back, m);
 }
+
+#[test]
+fn a_rate_of_zero_given_means_never_there() {
+    let (a, b) = (Kind::new("a", 1), Kind::new("b", 1));
+    let mut m = RateModel::default();
+    m.give(&a, "v100", 4.0);
+    m.give(&a, "k80", 0.0);
+    m.give(&b, "v100", 2.0);
+    m.give(&b, "k80", 1.0);
+    let types = ["v100".to_string(), "k80".to_string()];
+    let e = m.estimate(&[a, b], &types);
+    assert_eq!(e.get(0, 1).rate, 0.0);
+    assert_eq!(e.get(0, 1).source, Source::Given);
+    // ... and it does not drag the type ratio: b's k80 stays as given.
+    assert!(close(e.get(1, 1).rate, 1.0));
+}
