@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use crate::cluster::Cluster;
+use crate::cluster::{GpuId, GpuTypeId};
 use crate::error::{Error, Result};
 use crate::job::JobId;
 use crate::plan::RoundPlan;
@@ -121,21 +121,59 @@ fn internal(policy: &str, message: String) -> Error {
     }
 }
 
-/// Takes out of `plan` the tasks whose GPUs are on more than one node (for
-/// an executor that cannot run a task across nodes): their jobs wait this
-/// round. Returns those jobs. The GPU picker puts a gang on one node
-/// whenever one has room, so this only happens when none has.
-pub(super) fn drop_spanning(cluster: &Cluster, plan: &mut RoundPlan) -> Vec<JobId> {
-    let spans = |t: &crate::plan::Task| {
-        let first = t.gpus.first().map(|&g| cluster.gpu(g).node);
-        t.gpus.iter().any(|&g| Some(cluster.gpu(g).node) != first)
-    };
-    let dropped: Vec<JobId> = plan
-        .tasks
-        .iter()
-        .filter(|t| spans(t))
-        .map(|t| t.job)
-        .collect();
+/// Tasks that span nodes, for an executor that runs a task on one node:
+/// each is moved onto one node with as many free GPUs of a type it was
+/// given (where the job's gang is the task's size), else dropped. Policies
+/// weigh GPU types, not hosts: a gang dropped as planned would be planned
+/// the same way, and dropped, every round (a job stalled on Slurm with
+/// two free V100s on one node). Returns the jobs dropped.
+pub(super) fn place_on_one_node(
+    workload: &Workload,
+    gone: &[String],
+    plan: &mut RoundPlan,
+) -> Vec<JobId> {
+    let cluster = workload.cluster();
+    let node_of = |g: GpuId| cluster.gpu(g).node;
+    let spans = |gpus: &[GpuId]| gpus.iter().any(|&g| node_of(g) != node_of(gpus[0]));
+    let mut used: HashSet<GpuId> = plan.tasks.iter().flat_map(|t| t.gpus.clone()).collect();
+    let mut dropped = Vec::new();
+    for t in &mut plan.tasks {
+        if t.gpus.is_empty() || !spans(&t.gpus) {
+            continue;
+        }
+        let n = t.gpus.len();
+        let mut types: Vec<GpuTypeId> = t.gpus.iter().map(|&g| cluster.gpu(g).gpu_type).collect();
+        types.sort();
+        types.dedup();
+        for g in &t.gpus {
+            used.remove(g);
+        }
+        let free_on = |ty: GpuTypeId, node: usize| -> Vec<GpuId> {
+            (0..cluster.gpus().len())
+                .map(|i| GpuId(i as u32))
+                .filter(|&g| {
+                    let gpu = cluster.gpu(g);
+                    gpu.gpu_type == ty && gpu.node.index() == node && !used.contains(&g)
+                })
+                .take(n)
+                .collect()
+        };
+        let moved = types
+            .iter()
+            .filter(|&&ty| workload.gang(t.job.index(), ty) == Some(n as u32))
+            .flat_map(|&ty| {
+                (0..cluster.nodes().len())
+                    .filter(|&node| !gone.contains(&cluster.nodes()[node].name))
+                    .map(move |node| (ty, node))
+            })
+            .map(|(ty, node)| free_on(ty, node))
+            .find(|gpus| gpus.len() == n);
+        match moved {
+            Some(gpus) => t.gpus = gpus,
+            None => dropped.push(t.job),
+        }
+        used.extend(t.gpus.iter().copied());
+    }
     plan.tasks.retain(|t| !dropped.contains(&t.job));
     dropped
 }

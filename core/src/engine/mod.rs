@@ -291,7 +291,7 @@ pub async fn run_rounds(
         };
         view.to_full(&mut plan.tasks);
         if !caps.multi_node {
-            check::drop_spanning(workload.cluster(), &mut plan);
+            check::place_on_one_node(workload, &st.gone, &mut plan);
         }
         let partners = check::check_plan(workload, &plan, caps.share_gpus, view.scheduler.name())?;
         if let (Some(k), Some(ks)) = (know.as_mut(), st.knowledge.as_ref()) {
@@ -630,6 +630,60 @@ mod tests {
             settings: &settings,
         };
         crate::sim::block_on(run_rounds(lp, None, &mut |_| {}))
+    }
+
+    #[test]
+    fn a_gang_spanning_nodes_moves_onto_one_node_with_room_or_is_dropped() {
+        // Nodes n0: v100 x2, n1: v100 x2, n2: k80 x1 (GPU ids 0-1, 2-3, 4).
+        let cluster = Arc::new(
+            Cluster::from_toml_str(
+                "[[node]]\nname='n0'\ngpus={v100=2}\n[[node]]\nname='n1'\ngpus={v100=2}\n\
+                 [[node]]\nname='n2'\ngpus={k80=1}\n",
+                "c.toml",
+            )
+            .unwrap(),
+        );
+        let mut t = ThroughputTable::default();
+        t.set_isolated("g", 2, "v100", 2.0);
+        t.set_isolated("g", 2, "k80", 1.0);
+        t.set_isolated("s", 1, "v100", 1.0);
+        t.set_isolated("s", 1, "k80", 1.0);
+        let mut g = Job::single_gpu(0, "g", 10);
+        g.scale_factor = 2;
+        let w = Workload::new(
+            vec![g, Job::single_gpu(1, "s", 10)],
+            cluster,
+            Arc::new(t),
+            "t",
+        )
+        .unwrap();
+        let task = |job: u32, gpus: &[u32]| Task {
+            job: JobId(job),
+            copy: 0,
+            gpus: gpus.iter().map(|&g| GpuId(g)).collect(),
+        };
+        let plan = |tasks| RoundPlan {
+            index: 0,
+            start_s: 0.0,
+            length_s: 1.0,
+            tasks,
+        };
+        // GPU 1 on n0 and 2 on n1: n1 has 2 and 3 free.
+        let mut p = plan(vec![task(0, &[1, 2]), task(1, &[0])]);
+        assert!(check::place_on_one_node(&w, &[], &mut p).is_empty());
+        assert_eq!(p.tasks[0].gpus, vec![GpuId(2), GpuId(3)]);
+        assert_eq!(p.tasks[1].gpus, vec![GpuId(0)], "others untouched");
+        // A v100 and the k80 (two types): onto a node of two v100s.
+        let mut p = plan(vec![task(0, &[0, 4])]);
+        check::place_on_one_node(&w, &[], &mut p);
+        assert_eq!(p.tasks[0].gpus, vec![GpuId(0), GpuId(1)]);
+        // No node with room (n0 half taken, n1 lost): dropped.
+        let mut p = plan(vec![task(0, &[1, 2]), task(1, &[0])]);
+        assert_eq!(
+            check::place_on_one_node(&w, &["n1".to_string()], &mut p),
+            vec![JobId(0)]
+        );
+        assert_eq!(p.tasks.len(), 1);
     }
 
     #[test]
