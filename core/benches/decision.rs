@@ -7,15 +7,11 @@
 //! subroutine for every job, GPU assignment), and for comparison one solve
 //! of Gavel's `max_min_fairness_perf` LP at the same size.
 
-use std::sync::Arc;
+mod support;
 
-use hadar_core::cluster::Cluster;
-use hadar_core::job::JobId;
 use hadar_core::scheduler::hadar::{HadarScheduler, HadarSettings};
 use hadar_core::scheduler::{build, PolicyKind, RoundContext, Scheduler, SchedulerSettings};
-use hadar_core::state::{JobsState, Phase};
-use hadar_core::throughput::ThroughputTable;
-use hadar_core::trace::generate::{generate, GeneratorKind, GeneratorSpec};
+use hadar_core::state::JobsState;
 use hadar_core::workload::Workload;
 
 fn main() {
@@ -23,20 +19,8 @@ fn main() {
 }
 
 fn setup(n: usize) -> (Workload, JobsState) {
-    let table = Arc::new(ThroughputTable::gavel());
-    let mut spec = GeneratorSpec::new(GeneratorKind::PhillyLike, n, 0);
-    spec.multi_gpu = true;
-    let jobs = generate(&spec, &table).expect("generator");
-    let per = n.div_ceil(3);
-    let cluster = Arc::new(
-        Cluster::from_short_form(&format!("v100={per},p100={per},k80={per}"), 1).expect("cluster"),
-    );
-    let w = Workload::new(jobs, cluster, table, "generated").expect("workload");
-    let mut state = JobsState::new(&w);
-    for (i, j) in state.jobs.iter_mut().enumerate() {
-        j.phase = Phase::Active;
-        state.active.push(JobId(i as u32));
-    }
+    let w = support::philly_workload(n);
+    let state = support::all_active(&w);
     (w, state)
 }
 

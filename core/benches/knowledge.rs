@@ -7,17 +7,12 @@
 //! per-round estimate (every round), the scheduler's view rebuilt from it
 //! (on new rates only), and Hadar's planning pass on that view.
 
-use std::sync::Arc;
+mod support;
 
-use hadar_core::cluster::Cluster;
 use hadar_core::engine::{estimated_workload, KnowledgeSettings};
 use hadar_core::estimate::{Kind, RateModel};
-use hadar_core::job::JobId;
 use hadar_core::scheduler::hadar::{HadarScheduler, HadarSettings};
 use hadar_core::scheduler::{RoundContext, Scheduler};
-use hadar_core::state::{JobsState, Phase};
-use hadar_core::throughput::ThroughputTable;
-use hadar_core::trace::generate::{generate, GeneratorKind, GeneratorSpec};
 use hadar_core::workload::Workload;
 
 fn main() {
@@ -27,15 +22,7 @@ fn main() {
 const N: usize = 2048;
 
 fn setup() -> (Workload, RateModel, Vec<Kind>, Vec<String>) {
-    let table = Arc::new(ThroughputTable::gavel());
-    let mut spec = GeneratorSpec::new(GeneratorKind::PhillyLike, N, 0);
-    spec.multi_gpu = true;
-    let jobs = generate(&spec, &table).expect("generator");
-    let per = N.div_ceil(3);
-    let cluster = Arc::new(
-        Cluster::from_short_form(&format!("v100={per},p100={per},k80={per}"), 1).expect("cluster"),
-    );
-    let w = Workload::new(jobs, cluster, table, "generated").expect("workload");
+    let w = support::philly_workload(N);
     let types = w.cluster().gpu_types().to_vec();
     let mut kinds: Vec<Kind> = Vec::new();
     let mut model = RateModel::default();
@@ -70,11 +57,7 @@ fn view_on_new_rates(bencher: divan::Bencher) {
 fn hadar_round_on_estimates(bencher: divan::Bencher) {
     let (w, model, _, _) = setup();
     let view = estimated_workload(&w, &model, &KnowledgeSettings::default()).expect("view");
-    let mut state = JobsState::new(&view);
-    for (i, j) in state.jobs.iter_mut().enumerate() {
-        j.phase = Phase::Active;
-        state.active.push(JobId(i as u32));
-    }
+    let state = support::all_active(&view);
     bencher.bench_local(|| {
         let mut s = HadarScheduler::new("hadar", &view, HadarSettings::default()).expect("hadar");
         let ctx = RoundContext {
