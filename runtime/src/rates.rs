@@ -54,7 +54,7 @@ fn source_name(s: Source) -> &'static str {
     match s {
         Source::Measured => "measured",
         Source::Given => "given",
-        Source::Ratio => "estimated",
+        Source::Ratio | Source::Shared => "estimated",
         Source::Prior => "prior",
     }
 }

@@ -283,7 +283,9 @@ impl Knowledge {
             .with_source(format!("{} (estimated)", full.table().source()));
         // A kind never measured anywhere looks as fast as the fastest kind
         // of its gang size measured on the type: optimism, so that the
-        // policy runs it soon and learns its rates.
+        // policy runs it soon and learns its rates (no bonus on top: that
+        // is optimistic enough, and more made mean JCT worse; see
+        // docs/knowledge.md).
         let fastest = |t: usize, size: u32| {
             (0..self.kinds.len())
                 .filter(|&k| self.kinds[k].scale_factor == size)
@@ -309,11 +311,11 @@ impl Knowledge {
                 let e = self.built.get(k, t);
                 let rate = match e.source {
                     Source::Measured => e.rate,
-                    Source::Prior => fastest(t, kind.scale_factor).unwrap_or(e.rate) * bonus,
+                    Source::Prior => fastest(t, kind.scale_factor).unwrap_or(e.rate),
                     // A rate the user gave is their estimate: planned with
                     // as given until measured (no optimism on top of it).
                     Source::Given => e.rate,
-                    Source::Ratio => e.rate * bonus,
+                    Source::Ratio | Source::Shared => e.rate * bonus,
                 };
                 table.set_isolated(&kind.model, kind.scale_factor, ty, rate);
             }
@@ -481,7 +483,10 @@ impl Knowledge {
                     Source::Measured => "measured",
                     Source::Given => "given, an estimate",
                     Source::Ratio => "estimated through type ratios",
-                    Source::Prior => "a prior, nothing known",
+                    Source::Shared => "inferred from its rates beside other jobs",
+                    Source::Prior => {
+                        "nothing known: shown as fast as the fastest job of its gang size there"
+                    }
                 };
                 format!("{ty} {:.3}/s ({from})", e.rate)
             })
@@ -503,7 +508,7 @@ impl Knowledge {
             })
             .collect();
         format!(
-            "round {} job {job} rates believed: {} (those estimated shown to the policy {:.2}x); {}",
+            "round {} job {job} rates believed: {} (those estimated or inferred shown to the policy {:.2}x); {}",
             plan.index,
             rates.join(", "),
             1.0 + self.settings.exploration_bonus,

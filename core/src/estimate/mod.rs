@@ -8,10 +8,14 @@
 //! 1. measured: the median of the kind's latest [`WINDOW`] measurements
 //!    on that type (in log space, so an outlier moves nothing);
 //! 2. given: the rate a jobs file gave, until one is measured;
-//! 3. estimated through type ratios ([`ratio`]): the kind's rates on other
+//! 3. inferred from sharing: a kind measured on that type only beside other
+//!    jobs (space sharing) ran at its rate alone times a factor, taken as
+//!    the median factor of the pairs measured there (and a job never runs
+//!    faster beside another than alone);
+//! 4. estimated through type ratios ([`ratio`]): the kind's rates on other
 //!    types times the type-to-type ratios learned from every kind measured
 //!    on both;
-//! 4. a prior: the median rate of the kinds of its gang size measured on
+//! 5. a prior: the median rate of the kinds of its gang size measured on
 //!    that type, else of any kind measured there, else 1 step/s.
 //!
 //! Space sharing: a kind's rate beside another is its rate alone times a
@@ -60,6 +64,9 @@ pub enum Source {
     Measured,
     /// Given by the user (a jobs file), not yet measured.
     Given,
+    /// Measured on that type only beside other jobs (space sharing): its
+    /// rates there divided by the typical factor of a shared GPU.
+    Shared,
     /// The kind's measured rates on other types times learned type ratios.
     Ratio,
     /// Nothing known of the kind: a typical kind's rate.
@@ -240,6 +247,7 @@ impl RateModel {
                 }
             }
         }
+        let shared = self.alone_from_pairs();
         // Ratios from what each kind is believed to run at: measured, else
         // given (a jobs file's estimates relate its types before anything
         // is measured; measurements replace them).
@@ -273,6 +281,8 @@ impl RateModel {
                     (f64::NEG_INFINITY, Source::Given)
                 } else if let Some(g) = given[k][t] {
                     (g, Source::Given)
+                } else if let Some(&s) = shared.get(&(kind, types[t].as_str())) {
+                    (s, Source::Shared)
                 } else if let Some(r) = through_ratios(&anchors, &ratios, t) {
                     (r, Source::Ratio)
                 } else if let Some(own) = median(
@@ -302,6 +312,51 @@ impl RateModel {
             types: types.to_vec(),
             cells,
         }
+    }
+
+    /// Log rates alone of the (kind, type)s measured there only beside
+    /// other jobs: per pair, the measured rate less the median log factor
+    /// of the pairs measured on that type (against rates measured alone;
+    /// time-slicing's [`SHARE_PRIOR`] before any), the median over the
+    /// kind's pairs, and never below a rate it was measured at beside
+    /// another. Without this a job that only ever ran as a guest keeps a
+    /// guess for its rate alone, however far off, and the factor of its
+    /// measured pairs (their rate over that guess) is as far off.
+    fn alone_from_pairs(&self) -> HashMap<(&Kind, &str), f64> {
+        let mut factors: HashMap<&str, Vec<f64>> = HashMap::new();
+        let mut beside: HashMap<(&Kind, &str), Vec<f64>> = HashMap::new();
+        for p in &self.pairs {
+            let Some(m) = median(&mut p.samples.clone()) else {
+                continue;
+            };
+            match self
+                .find(&p.kind, &p.gpu_type)
+                .and_then(|e| median(&mut e.samples.clone()))
+            {
+                Some(a) if a.is_finite() => factors
+                    .entry(p.gpu_type.as_str())
+                    .or_default()
+                    .push((m - a).min(0.0)),
+                Some(_) => {}
+                None => beside
+                    .entry((&p.kind, p.gpu_type.as_str()))
+                    .or_default()
+                    .push(m),
+            }
+        }
+        let factor: HashMap<&str, f64> = factors
+            .into_iter()
+            .filter_map(|(t, mut v)| Some((t, median(&mut v)?)))
+            .collect();
+        beside
+            .into_iter()
+            .filter_map(|(key, mut rates)| {
+                let f = factor.get(key.1).copied().unwrap_or(SHARE_PRIOR.ln());
+                let fastest = rates.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let alone = median(&mut rates)? - f;
+                Some((key, alone.max(fastest)))
+            })
+            .collect()
     }
 
     /// What is known of space sharing, summed up for look-ups.

@@ -152,6 +152,53 @@ fn share_factors_are_measured_per_pair_else_additive_in_log_space() {
 }
 
 #[test]
+fn a_rate_alone_is_inferred_from_rates_beside_others() {
+    let mut m = RateModel::default();
+    let (a, b, g) = (Kind::new("a", 1), Kind::new("b", 1), Kind::new("guest", 1));
+    let types = ["v100".to_string(), "k80".to_string()];
+    // Nothing measured on v100 beside anyone yet: time-slicing's half.
+    m.observe(&g, "k80", 1.0);
+    m.observe_pair(&g, "a", "v100", 6.0);
+    let e = m.estimate(std::slice::from_ref(&g), &types);
+    assert_eq!(e.get(0, 0).source, Source::Shared);
+    assert!(
+        close(e.get(0, 0).rate, 6.0 / SHARE_PRIOR),
+        "{:?}",
+        e.get(0, 0)
+    );
+    // Pairs measured against rates alone: a keeps 0.8 beside b, b 0.5
+    // beside a; the median factor (0.5 and 0.8: 0.632 in log space) is
+    // the guest's too; two pairs of the guest: the median of its rates.
+    m.observe(&a, "v100", 10.0);
+    m.observe(&b, "v100", 10.0);
+    m.observe_pair(&a, "b", "v100", 8.0);
+    m.observe_pair(&b, "a", "v100", 5.0);
+    m.observe_pair(&g, "b", "v100", 9.0);
+    let e = m.estimate(std::slice::from_ref(&g), &types);
+    let factor = (0.8f64.ln() + 0.5f64.ln()) / 2.0;
+    let want = ((6.0f64.ln() + 9.0f64.ln()) / 2.0 - factor).exp();
+    assert!(
+        close(e.get(0, 0).rate, want),
+        "{} vs {want}",
+        e.get(0, 0).rate
+    );
+    // Never below a rate it ran at beside another job: where sharing costs
+    // nothing (factor 1), pairs at 2 and 8 put it at 8, not at their 4.
+    let mut free = RateModel::default();
+    free.observe(&a, "v100", 10.0);
+    free.observe_pair(&a, "b", "v100", 10.0);
+    free.observe_pair(&g, "a", "v100", 2.0);
+    free.observe_pair(&g, "b", "v100", 8.0);
+    let e = free.estimate(std::slice::from_ref(&g), &types);
+    assert!(close(e.get(0, 0).rate, 8.0), "{:?}", e.get(0, 0));
+    // Measured alone, the measurement is what counts.
+    m.observe(&g, "v100", 7.0);
+    let e = m.estimate(&[g], &types);
+    assert_eq!(e.get(0, 0).source, Source::Measured);
+    assert!(close(e.get(0, 0).rate, 7.0));
+}
+
+#[test]
 fn estimates_move_by_relative_change_or_source() {
     let mut m = RateModel::default();
     let a = Kind::new("a", 1);
