@@ -408,6 +408,7 @@ impl Knowledge {
         for t in &plan.tasks {
             *per_job.entry(t.job.0).or_default() += 1;
         }
+        let mut new_pair = false;
         for (i, (t, r)) in plan.tasks.iter().zip(&report.tasks).enumerate() {
             let gpu_s = r.busy_s * f64::from(r.gpus);
             st.gpu_s += gpu_s;
@@ -440,6 +441,9 @@ impl Knowledge {
             match partners[i] {
                 Some(p) => {
                     let other = &full.jobs()[plan.tasks[p].job.index()].job_type;
+                    if !st.model.pair_measured(kind, other, ty) {
+                        new_pair = true;
+                    }
                     st.model.observe_pair(kind, other, ty, rate);
                 }
                 None => st.model.observe(kind, ty, rate),
@@ -447,7 +451,10 @@ impl Knowledge {
             st.measurements += 1;
         }
         let now = st.model.estimate(&self.kinds, &self.types);
-        let moved = now.moved(&self.built, REPLAN_CHANGE);
+        // A pair measured for the first time re-plans too: until then the
+        // policy shares on the pair's estimate, and a bad pair, once seen,
+        // was shared again for as long as the rates alone held still.
+        let moved = now.moved(&self.built, REPLAN_CHANGE) || new_pair;
         if moved {
             self.built = now;
             st.replans += 1;

@@ -170,3 +170,83 @@ fn explain_says_where_rates_came_from_and_what_was_exploration() {
         "the job's rates were never measured: {lines:?}"
     );
 }
+
+#[test]
+fn a_pair_measured_for_the_first_time_replans_even_when_rates_alone_hold() {
+    let w = run_a();
+    let settings = KnowledgeSettings {
+        throughput_knowledge: ThroughputKnowledge::Measured,
+        ..KnowledgeSettings::default()
+    };
+    let mut state = None;
+    let mut k = Knowledge::new(&settings, &w, &mut state, true).unwrap();
+    let st = state.as_mut().unwrap();
+    // Two single-GPU jobs that the table lets share a v100.
+    let v100 = w.cluster().gpu_type_id("v100").unwrap();
+    let (a, b) = (0..w.jobs().len())
+        .flat_map(|a| (0..w.jobs().len()).map(move |b| (a, b)))
+        .find(|&(a, b)| {
+            a != b
+                && w.jobs()[a].job_type != w.jobs()[b].job_type
+                && w.colocated(a, b, v100).is_some()
+        })
+        .unwrap();
+    let gpu = (0..w.cluster().gpus().len())
+        .map(|g| crate::cluster::GpuId(g as u32))
+        .find(|&g| w.cluster().gpu(g).gpu_type == v100)
+        .unwrap();
+    let other_gpu = (0..w.cluster().gpus().len())
+        .map(|g| crate::cluster::GpuId(g as u32))
+        .find(|&g| g != gpu && w.cluster().gpu(g).gpu_type == v100)
+        .unwrap();
+    let job = |j: usize| crate::job::JobId(j as u32);
+    // Round `index`: a and b alone on two v100s, or sharing one.
+    let round = |index, shared: bool| {
+        let gpus = [gpu, if shared { gpu } else { other_gpu }];
+        let plan = RoundPlan {
+            index,
+            start_s: 0.0,
+            length_s: 360.0,
+            tasks: [a, b]
+                .iter()
+                .zip(gpus)
+                .map(|(&j, g)| crate::plan::Task {
+                    job: job(j),
+                    copy: 0,
+                    gpus: vec![g],
+                })
+                .collect(),
+        };
+        let report = RoundReport {
+            end_s: 360.0,
+            tasks: [a, b]
+                .iter()
+                .map(|&j| crate::executor::TaskReport {
+                    job: job(j),
+                    copy: 0,
+                    gpus: 1,
+                    steps: if shared { 180 } else { 360 },
+                    busy_s: 360.0,
+                    gpu_type: Some(v100),
+                })
+                .collect(),
+            ..RoundReport::default()
+        };
+        let partners = if shared {
+            vec![Some(1), Some(0)]
+        } else {
+            vec![None, None]
+        };
+        (plan, report, partners)
+    };
+    let kept = |_| true;
+    let mut learn = |index, shared| {
+        let (plan, report, partners) = round(index, shared);
+        k.learn(st, &w, &plan, &report, &partners, &kept, true)
+    };
+    assert!(learn(0, false), "first measurements alone");
+    assert!(!learn(1, false), "the same rates again");
+    // Rates alone unchanged, but a pair never measured before: re-plan.
+    assert!(learn(2, true));
+    assert!(!learn(3, true), "the same pair at the same rates");
+}
