@@ -9,14 +9,8 @@
 #   HADAR=target/debug/hadar scripts/compare.sh       # with a binary already built
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ -z "${HADAR:-}" ]]; then
-  cargo build --release -q -p hadar-cli
-  HADAR=target/release/hadar
-fi
-hadar=$(realpath "$HADAR")
+. scripts/lib/hadar.sh
 export HADAR=$hadar
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 out=docs/results.md
 
 all=hadar,hadar:makespan,hadare,hadare:makespan,max_min_fairness_perf,min_total_duration_perf,finish_time_fairness_perf,fifo_perf,max_min_fairness,min_total_duration

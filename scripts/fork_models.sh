@@ -11,13 +11,7 @@
 #   HADAR=target/debug/hadar scripts/fork_models.sh   # or uses this one
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ -z "${HADAR:-}" ]]; then
-  cargo build --release -q -p hadar-cli
-  HADAR=target/release/hadar
-fi
-hadar=$(realpath "$HADAR")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. scripts/lib/hadar.sh
 models=("constant:1.0" "noise-scale")
 
 # simulate --json, one policy: "makespan_h jct_h forked_makespan_bound_h forked_jct_bound_h"

@@ -12,13 +12,7 @@
 #   scripts/knowledge-traces.sh --exploration-bonus 0.5   # extra simulate flags
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -z "${HADAR:-}" ]; then
-  cargo build --release -q -p hadar-cli
-  HADAR=$(pwd)/target/release/hadar
-fi
-hadar=$(realpath "$HADAR")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. scripts/lib/hadar.sh
 
 traces=(static_100jobs_multigpu_seed0.trace static_100jobs_singlegpu_seed0.trace)
 for seed in 1 2 3; do
@@ -40,6 +34,10 @@ for t in "${traces[@]}"; do
   o=$(jct --trace "$t" --throughput-knowledge oracle "$@")
   m=$(jct --trace "$t" --throughput-knowledge measured "$@")
   n=$(jct --trace "$t" --throughput-knowledge measured --progress-noise 0.1 "$@")
+  if [[ -z $o || -z $m || -z $n ]]; then
+    echo "no mean JCT in simulate's output for $t (has its table changed?)" >&2
+    exit 1
+  fi
   echo "$(basename "$t" .trace) $o $m $n"
 done | awk '
   { r0 = $3 / $2; r1 = $4 / $2; s0 += log(r0); s1 += log(r1); n++

@@ -12,13 +12,7 @@
 #       of the continuous workload's debug-build run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -z "${HADAR:-}" ]; then
-  cargo build --release -q -p hadar-cli
-  HADAR=$(pwd)/target/release/hadar
-fi
-hadar=$(realpath "$HADAR")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. scripts/lib/hadar.sh
 
 gavel=max_min_fairness_perf,min_total_duration_perf,finish_time_fairness_perf,fifo_perf
 # One workload: Hadar oracle / measured / measured+10% noise (sharing on,

@@ -274,9 +274,10 @@ impl Knowledge {
         })
     }
 
-    /// The table the scheduler plans with: the estimates, rates not yet
-    /// measured raised by the exploration bonus, and the space-sharing
-    /// pairs the true table allows at estimated rates.
+    /// The table the scheduler plans with: the estimates (ratio and shared
+    /// ones raised by the exploration bonus, priors shown as the fastest
+    /// kind measured there), and the space-sharing pairs the true table
+    /// allows at estimated rates.
     pub(super) fn view_table(&self, full: &Workload, model: &RateModel) -> ThroughputTable {
         let bonus = 1.0 + self.settings.exploration_bonus;
         let mut table = ThroughputTable::default()
@@ -441,10 +442,10 @@ impl Knowledge {
             match partners[i] {
                 Some(p) => {
                     let other = &full.jobs()[plan.tasks[p].job.index()].job_type;
-                    if !st.model.pair_measured(kind, other, ty) {
-                        new_pair = true;
-                    }
+                    let known = st.model.pair_measured(kind, other, ty);
                     st.model.observe_pair(kind, other, ty, rate);
+                    // (A pair that made no progress is not recorded.)
+                    new_pair |= !known && st.model.pair_measured(kind, other, ty);
                 }
                 None => st.model.observe(kind, ty, rate),
             }
@@ -491,9 +492,7 @@ impl Knowledge {
                     Source::Given => "given, an estimate",
                     Source::Ratio => "estimated through type ratios",
                     Source::Shared => "inferred from its rates beside other jobs",
-                    Source::Prior => {
-                        "nothing known: shown as fast as the fastest job of its gang size there"
-                    }
+                    Source::Prior => "a prior, nothing known",
                 };
                 format!("{ty} {:.3}/s ({from})", e.rate)
             })
@@ -515,7 +514,7 @@ impl Knowledge {
             })
             .collect();
         format!(
-            "round {} job {job} rates believed: {} (those estimated or inferred shown to the policy {:.2}x); {}",
+            "round {} job {job} rates believed: {} (estimated and inferred ones shown to the policy {:.2}x, priors as fast as the fastest job of the gang size measured there); {}",
             plan.index,
             rates.join(", "),
             1.0 + self.settings.exploration_bonus,

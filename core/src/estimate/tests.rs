@@ -191,6 +191,12 @@ fn a_rate_alone_is_inferred_from_rates_beside_others() {
     free.observe_pair(&g, "b", "v100", 8.0);
     let e = free.estimate(std::slice::from_ref(&g), &types);
     assert!(close(e.get(0, 0).rate, 8.0), "{:?}", e.get(0, 0));
+    // A rate the user gave is their word until measured, pairs or not.
+    let mut given = m.clone();
+    given.give(&g, "v100", 3.0);
+    let e = given.estimate(std::slice::from_ref(&g), &types);
+    assert_eq!(e.get(0, 0).source, Source::Given);
+    assert!(close(e.get(0, 0).rate, 3.0));
     // Measured alone, the measurement is what counts.
     m.observe(&g, "v100", 7.0);
     let e = m.estimate(&[g], &types);

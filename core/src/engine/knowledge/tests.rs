@@ -79,12 +79,19 @@ fn the_view_shows_estimates_with_the_bonus_on_what_was_not_measured() {
     let w = run_a();
     let job = &w.jobs()[0];
     let kind = Kind::new(&job.job_type, job.scale_factor);
-    let mut model = RateModel::default();
-    model.observe(&kind, "v100", 2.0);
     let settings = KnowledgeSettings {
         exploration_bonus: 0.1,
         ..KnowledgeSettings::default()
     };
+    // Nothing measured anywhere: every job at the prior, 1 step/s, as it is.
+    let view = estimated_workload(&w, &RateModel::default(), &settings).unwrap();
+    assert!(w
+        .jobs()
+        .iter()
+        .enumerate()
+        .all(|(j, _)| view.rates_of(j).iter().all(|&r| r == 0.0 || r == 1.0)));
+    let mut model = RateModel::default();
+    model.observe(&kind, "v100", 2.0);
     let view = estimated_workload(&w, &model, &settings).unwrap();
     let ty = |name: &str| {
         let i = w
@@ -164,7 +171,7 @@ fn explain_says_where_rates_came_from_and_what_was_exploration() {
     assert!(!ours.is_empty(), "{lines:?}");
     // The scheduler's own lines survive its rebuilds on new rates.
     assert!(lines.len() > ours.len(), "{lines:?}");
-    assert!(ours[0].contains("nothing known"), "{}", ours[0]);
+    assert!(ours[0].contains("a prior, nothing known"), "{}", ours[0]);
     assert!(
         lines.iter().any(|l| l.contains("(measured)")),
         "the job's rates were never measured: {lines:?}"
