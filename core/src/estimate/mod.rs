@@ -325,14 +325,8 @@ impl RateModel {
     fn alone_from_pairs(&self) -> HashMap<(&Kind, &str), f64> {
         let mut factors: HashMap<&str, Vec<f64>> = HashMap::new();
         let mut beside: HashMap<(&Kind, &str), Vec<f64>> = HashMap::new();
-        for p in &self.pairs {
-            let Some(m) = median(&mut p.samples.clone()) else {
-                continue;
-            };
-            match self
-                .find(&p.kind, &p.gpu_type)
-                .and_then(|e| median(&mut e.samples.clone()))
-            {
+        for (p, m, alone) in self.pair_medians() {
+            match alone {
                 Some(a) if a.is_finite() => factors
                     .entry(p.gpu_type.as_str())
                     .or_default()
@@ -359,20 +353,26 @@ impl RateModel {
             .collect()
     }
 
+    /// Each measured pair with its median log rate and the kind's median
+    /// log rate alone on that type, if measured (`-inf`: measured not to
+    /// run there).
+    fn pair_medians(&self) -> impl Iterator<Item = (&PairEvidence, f64, Option<f64>)> {
+        self.pairs.iter().filter_map(|p| {
+            let m = median(&mut p.samples.clone())?;
+            let alone = self
+                .find(&p.kind, &p.gpu_type)
+                .and_then(|e| median(&mut e.samples.clone()));
+            Some((p, m, alone))
+        })
+    }
+
     /// What is known of space sharing, summed up for look-ups.
     pub fn sharing(&self) -> Sharing {
         let mut shared = HashMap::new();
         let mut logs: Vec<(&PairEvidence, f64)> = Vec::new();
-        for p in &self.pairs {
-            let Some(m) = median(&mut p.samples.clone()) else {
-                continue;
-            };
+        for (p, m, alone) in self.pair_medians() {
             shared.insert((p.kind.clone(), p.other.clone(), p.gpu_type.clone()), m);
-            let alone = self
-                .find(&p.kind, &p.gpu_type)
-                .and_then(|e| median(&mut e.samples.clone()))
-                .filter(|a| a.is_finite());
-            if let Some(a) = alone {
+            if let Some(a) = alone.filter(|a| a.is_finite()) {
                 logs.push((p, (m - a).min(0.0)));
             }
         }
