@@ -153,7 +153,29 @@ struct CompletionsArgs {
 #[command(verbatim_doc_comment)]
 struct ManArgs {}
 
+/// `hadar simulate ... | head`: the command ends quietly, as Unix tools do,
+/// when its reader goes away. Rust ignores SIGPIPE, so `println!` to a
+/// closed pipe panics; SIGPIPE is left ignored (at its default, a broken
+/// SSH or Docker connection would kill a run instead of failing one call),
+/// and that one panic becomes the exit a shell expects (128 + SIGPIPE).
+fn die_quietly_on_a_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("os error 32") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    die_quietly_on_a_closed_pipe();
     let (argv, config) = match config::with_config(std::env::args_os().collect()) {
         Ok(x) => x,
         Err(e) => return fail(&e),
@@ -213,6 +235,12 @@ fn main() -> ExitCode {
 }
 
 fn fail(e: &CliError) -> ExitCode {
+    // A reader that went away (`| head`) is not an error to report.
+    if let CliError::Output { source, .. } = e {
+        if source.kind() == std::io::ErrorKind::BrokenPipe {
+            return ExitCode::from(141);
+        }
+    }
     // Errors quote what users wrote (names, GPU types, paths): control
     // characters in them are escaped, line by line.
     let shown = |s: String| -> String {

@@ -468,6 +468,42 @@ fn explain_says_why_a_job_ran_or_waited() {
 }
 
 #[test]
+fn a_reader_that_goes_away_ends_the_printing_quietly() {
+    // `hadar simulate --explain 29 | true`: the reader is gone before the
+    // simulation (a tenth of a second at least) has printed its results.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(["simulate", "--policy", "hadar", "--explain", "29"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("hadar starts");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("hadar ends");
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(141), "128 + SIGPIPE: {:?}", o.status);
+    // The same where the output is written as a file would be (a trace to
+    // standard output): no error message either.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args([
+            "trace",
+            "generate",
+            "--generator",
+            "philly",
+            "--jobs",
+            "20000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("hadar starts");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("hadar ends");
+    assert_eq!(stderr(&o), "");
+    assert_eq!(o.status.code(), Some(141), "{:?}", o.status);
+}
+
+#[test]
 fn merge_averages_copies_from_the_command_line() {
     // Two one-tensor f32 copies written by hand in the safetensors layout.
     fn write(path: &Path, values: [f32; 2]) {
