@@ -467,38 +467,35 @@ fn explain_says_why_a_job_ran_or_waited() {
     );
 }
 
-#[test]
-fn a_reader_that_goes_away_ends_the_printing_quietly() {
-    // `hadar simulate --explain 29 | true`: the reader is gone before the
-    // simulation (a tenth of a second at least) has printed its results.
+/// `hadar ARGS | true`: runs hadar with its reader gone before it prints
+/// (it computes for a tenth of a second at least first).
+fn with_the_reader_gone(args: &[&str]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args(["simulate", "--policy", "hadar", "--explain", "29"])
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("hadar starts");
     drop(child.stdout.take());
-    let o = child.wait_with_output().expect("hadar ends");
+    child.wait_with_output().expect("hadar ends")
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_printing_quietly() {
+    let o = with_the_reader_gone(&["simulate", "--policy", "hadar", "--explain", "29"]);
     let err = stderr(&o);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(o.status.code(), Some(141), "128 + SIGPIPE: {:?}", o.status);
     // The same where the output is written as a file would be (a trace to
     // standard output): no error message either.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args([
-            "trace",
-            "generate",
-            "--generator",
-            "philly",
-            "--jobs",
-            "20000",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("hadar starts");
-    drop(child.stdout.take());
-    let o = child.wait_with_output().expect("hadar ends");
+    let o = with_the_reader_gone(&[
+        "trace",
+        "generate",
+        "--generator",
+        "philly",
+        "--jobs",
+        "20000",
+    ]);
     assert_eq!(stderr(&o), "");
     assert_eq!(o.status.code(), Some(141), "{:?}", o.status);
 }
