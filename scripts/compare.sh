@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 . scripts/lib/hadar.sh
 export HADAR=$hadar
 out=docs/results.md
+# A run cut short leaves no half-written copy behind.
+trap 'rm -rf "$tmp" "$out.tmp"' EXIT
 
 all=hadar,hadar:makespan,hadare,hadare:makespan,max_min_fairness_perf,min_total_duration_perf,finish_time_fairness_perf,fifo_perf,max_min_fairness,min_total_duration
 
