@@ -33,6 +33,18 @@ pub struct Target {
     pub trainer: PathBuf,
 }
 
+impl Target {
+    /// Tasks on `node` in `workdir`, with the trainer built on this machine
+    /// ([`local_trainer`]): for backends whose nodes share this filesystem.
+    pub fn local(node: &str, workdir: &Path) -> Self {
+        Self {
+            node: node.into(),
+            workdir: workdir.to_path_buf(),
+            trainer: local_trainer(),
+        }
+    }
+}
+
 /// A backend under test.
 pub struct Harness {
     /// The backend.

@@ -7,18 +7,14 @@ use std::sync::Arc;
 use hadar_backend::layers::{Fault, FaultPlan};
 use hadar_backend::Backend;
 use hadar_backend_local::LocalBackend;
-use hadar_tests::conformance::{local_trainer, Harness, Target};
+use hadar_tests::conformance::{Harness, Target};
 
 fn harness(wrap: fn(Arc<dyn Backend>) -> Arc<dyn Backend>) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     Harness {
         backend: wrap(Arc::new(LocalBackend::new())),
         restart: Box::new(move || wrap(Arc::new(LocalBackend::new()))),
-        target: Target {
-            node: "local".into(),
-            workdir: dir.path().to_path_buf(),
-            trainer: local_trainer(),
-        },
+        target: Target::local("local", dir.path()),
         unreachable: None,
         keep: Box::new(dir),
     }

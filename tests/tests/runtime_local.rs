@@ -221,12 +221,14 @@ async fn a_jobs_file_without_throughputs_runs_on_measured_rates() {
     assert!(knowledge.measurements >= measured.len() as u64);
 }
 
-/// Runs the first active job as two copies on the same two GPUs every round.
-struct TwoCopies;
+/// A scheduler that gives the first active job the tasks `tasks` makes
+/// for it, every round, and nothing to the others.
+#[derive(Clone, Copy)]
+struct FirstJob(&'static str, fn(JobId) -> Vec<Task>);
 
-impl Scheduler for TwoCopies {
+impl Scheduler for FirstJob {
     fn name(&self) -> &str {
-        "two-copies"
+        self.0
     }
     fn plan(&mut self, ctx: &RoundContext<'_>) -> hadar_core::Result<Decision> {
         let tasks = ctx
@@ -234,13 +236,7 @@ impl Scheduler for TwoCopies {
             .active
             .iter()
             .take(1)
-            .flat_map(|&j| {
-                (0..2).map(move |c| Task {
-                    job: j,
-                    copy: c,
-                    gpus: vec![GpuId(c)],
-                })
-            })
+            .flat_map(|&j| (self.1)(j))
             .collect();
         Ok(Decision {
             tasks,
@@ -249,14 +245,41 @@ impl Scheduler for TwoCopies {
     }
 }
 
+/// [`config`] with the plans made by [`FirstJob`].
+fn first_job_config(
+    policy: PolicyKind,
+    dir: &std::path::Path,
+    iterations: u64,
+    scheduler: FirstJob,
+) -> RunConfig {
+    let mut cfg = config(policy, dir, iterations);
+    cfg.custom_scheduler = Some(CustomScheduler(Arc::new(move |_| Ok(Box::new(scheduler)))));
+    cfg
+}
+
+/// Runs the first active job as two copies on the same two GPUs every round.
+fn two_copies(job: JobId) -> Vec<Task> {
+    (0..2)
+        .map(|c| Task {
+            job,
+            copy: c,
+            gpus: vec![GpuId(c)],
+        })
+        .collect()
+}
+
 /// HadarE averages a job's copies at every round boundary, also when the
 /// plan keeps them where they are: each round starts new copies from the
 /// merged checkpoint (before, copies that kept their GPUs ran on unmerged).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_that_keep_their_gpus_are_still_merged_every_round() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = config(PolicyKind::HadarE, dir.path(), 6000);
-    cfg.custom_scheduler = Some(CustomScheduler(Arc::new(|_| Ok(Box::new(TwoCopies)))));
+    let cfg = first_job_config(
+        PolicyKind::HadarE,
+        dir.path(),
+        6000,
+        FirstJob("two-copies", two_copies),
+    );
     let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
         .expect("run");
@@ -280,36 +303,23 @@ async fn copies_that_keep_their_gpus_are_still_merged_every_round() {
 }
 
 /// Gives job 0 the same GPU twice.
-struct Invalid;
-
-impl Scheduler for Invalid {
-    fn name(&self) -> &str {
-        "invalid"
-    }
-    fn plan(&mut self, ctx: &RoundContext<'_>) -> hadar_core::Result<Decision> {
-        let tasks = ctx
-            .state
-            .active
-            .iter()
-            .take(1)
-            .map(|&j| Task {
-                job: j,
-                copy: 0,
-                gpus: vec![GpuId(0), GpuId(0)],
-            })
-            .collect();
-        Ok(Decision {
-            tasks,
-            solved: false,
-        })
-    }
+fn invalid(job: JobId) -> Vec<Task> {
+    vec![Task {
+        job,
+        copy: 0,
+        gpus: vec![GpuId(0), GpuId(0)],
+    }]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_run_refuses_an_invalid_plan() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = config(PolicyKind::Hadar, dir.path(), 3000);
-    cfg.custom_scheduler = Some(CustomScheduler(Arc::new(|_| Ok(Box::new(Invalid)))));
+    let cfg = first_job_config(
+        PolicyKind::Hadar,
+        dir.path(),
+        3000,
+        FirstJob("invalid", invalid),
+    );
     let err = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
         .expect_err("an invalid plan must stop the run");
@@ -318,7 +328,6 @@ async fn a_real_run_refuses_an_invalid_plan() {
     assert!(text.contains("invalid plan"), "{text}");
     // Nothing was launched.
     assert!(!dir.path().join("tasks").exists(), "a task started");
-    let _ = JobId(0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -177,11 +177,7 @@ async fn the_allocation_is_renewed_only_with_none_of_its_steps_running() {
     let dir = tempfile::tempdir().expect("tempdir");
     // 8 GPUs in the allocation: due once 2 of 10 step ids are used.
     let b = backend_with(&cluster(), 10);
-    let t = hadar_tests::conformance::Target {
-        node: "k80a".into(),
-        workdir: dir.path().to_path_buf(),
-        trainer: local_trainer(),
-    };
+    let t = hadar_tests::conformance::Target::local("k80a", dir.path());
     let sleeper =
         |name: &str| hadar_tests::conformance::spec(&t, name, vec!["sleep".into(), "60".into()], 1);
     let job_of = |h: &hadar_backend::TaskHandle| h.id.split('.').next().unwrap().to_string();
@@ -318,11 +314,7 @@ async fn a_killed_slurmd_makes_its_node_unreachable() {
     let _one = ONE_RUN.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let b = backend(&cluster());
-    let t = hadar_tests::conformance::Target {
-        node: "v100b".into(),
-        workdir: dir.path().to_path_buf(),
-        trainer: local_trainer(),
-    };
+    let t = hadar_tests::conformance::Target::local("v100b", dir.path());
     let mut running =
         hadar_tests::conformance::spec(&t, "victim", vec!["sleep".into(), "120".into()], 1);
     running.placement[0].gpu_types = vec!["v100".into(), "v100".into()];

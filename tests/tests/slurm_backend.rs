@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use hadar_backend::{Backend, BackendError, TaskState};
 use hadar_backend_slurm::{SlurmBackend, SlurmOptions};
-use hadar_tests::conformance::{local_trainer, spec, Harness, Target};
+use hadar_tests::conformance::{spec, Harness, Target};
 
 /// The directory tasks run in: on this machine, which the test cluster's
 /// nodes share.
@@ -47,11 +47,7 @@ fn harness(node: &str) -> Harness {
     Harness {
         backend: make(),
         restart: Box::new(make),
-        target: Target {
-            node: node.into(),
-            workdir: dir.path().to_path_buf(),
-            trainer: local_trainer(),
-        },
+        target: Target::local(node, dir.path()),
         unreachable: Some("gone".into()),
         keep: Box::new(dir),
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hadar_backend::{Backend, BackendError};
 use hadar_backend_ssh::{SshBackend, SshHost, SshOptions};
-use hadar_tests::conformance::{local_trainer, spec, Harness, Target};
+use hadar_tests::conformance::{spec, Harness, Target};
 
 fn ssh_dir() -> PathBuf {
     let dir = PathBuf::from(
@@ -60,13 +60,9 @@ fn harness(node: &str) -> Harness {
     Harness {
         backend: make(),
         restart: Box::new(make),
-        target: Target {
-            node: node.into(),
-            // The namespaces share this machine's filesystem: the same paths
-            // work there (files still travel over SFTP).
-            workdir: dir.path().to_path_buf(),
-            trainer: local_trainer(),
-        },
+        // The namespaces share this machine's filesystem: the same paths
+        // work there (files still travel over SFTP).
+        target: Target::local(node, dir.path()),
         unreachable: Some("gone".into()),
         keep: Box::new(dir),
     }
@@ -83,11 +79,7 @@ mod ssh_local {
 #[tokio::test]
 async fn unknown_host_keys_are_refused_unless_the_user_opts_in() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let t = Target {
-        node: "h1".into(),
-        workdir: dir.path().to_path_buf(),
-        trainer: local_trainer(),
-    };
+    let t = Target::local("h1", dir.path());
     let any = spec(&t, "keys", vec!["true".into()], 1);
     let empty = dir.path().join("known_hosts");
     std::fs::write(&empty, "").expect("write");
@@ -124,11 +116,7 @@ async fn unknown_host_keys_are_refused_unless_the_user_opts_in() {
 #[tokio::test]
 async fn an_unknown_node_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let t = Target {
-        node: "nowhere".into(),
-        workdir: dir.path().to_path_buf(),
-        trainer: local_trainer(),
-    };
+    let t = Target::local("nowhere", dir.path());
     let b = backend(ssh_dir().join("known_hosts"), false);
     match b.launch(&spec(&t, "x", vec!["true".into()], 1)).await {
         Err(BackendError::Invalid(m)) => assert!(m.contains("nowhere")),
@@ -142,11 +130,7 @@ async fn an_unknown_node_is_refused() {
 #[tokio::test]
 async fn a_launch_sent_twice_starts_its_task_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let t = Target {
-        node: "h1".into(),
-        workdir: dir.path().to_path_buf(),
-        trainer: local_trainer(),
-    };
+    let t = Target::local("h1", dir.path());
     let ssh: Arc<dyn Backend> = Arc::new(backend(ssh_dir().join("known_hosts"), false));
     let s = spec(&t, "twice", vec!["echo".into(), "ran".into()], 1);
     let first = ssh.launch(&s).await.expect("launch");
