@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Measured against oracle over more than runs A and B: Hadar's mean JCT with
 # --throughput-knowledge measured (0% and 10% progress noise) over Hadar's
-# with the oracle, on Gavel's runs A and B and six more static traces of
-# Gavel's offline generator (seeds 1-3, single-GPU and multi-GPU), with the
+# with the oracle, on Gavel's runs A and B and twelve more static traces of
+# Gavel's offline generator (seeds 1-6, single-GPU and multi-GPU), with the
 # geometric mean of the ratios. One trace's ratio moves by a point or two
-# with any small change of the policy's inputs; the mean over eight moves
+# with any small change of the policy's inputs; the mean over fourteen moves
 # less, which is why settings are chosen on it (docs/knowledge.md).
 #
 #   scripts/knowledge-traces.sh                       # release build first
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib/hadar.sh
 
 traces=(static_100jobs_multigpu_seed0.trace static_100jobs_singlegpu_seed0.trace)
-for seed in 1 2 3; do
+for seed in 1 2 3 4 5 6; do
   "$hadar" trace generate --generator offline --jobs 100 --seed "$seed" \
     --out "$tmp/single-seed$seed.trace" >/dev/null
   "$hadar" trace generate --generator offline --jobs 100 --seed "$seed" --multi-gpu \
