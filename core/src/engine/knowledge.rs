@@ -323,10 +323,11 @@ impl Knowledge {
         }
         // Which kinds may share GPUs is the true table's (a pair it has
         // measured): a capability, not a rate. Their rates are estimated.
-        // Pairs not measured get the median of those measured, as it is:
-        // exploring each of the many pairs would cost more than sharing
-        // gains. Before any is measured, time-slicing's share plus the
-        // bonus, so that sharing is tried at all.
+        // Pairs not measured get the pair model's estimate as it is, with no
+        // bonus: exploring each of the many pairs would cost more than
+        // sharing gains (docs/knowledge.md). Before any is measured,
+        // time-slicing's share plus the bonus, so that sharing is tried at
+        // all.
         let sharing = model.sharing();
         let prior = (crate::estimate::SHARE_PRIOR * bonus).min(1.0);
         let reps: Vec<usize> = (0..self.kinds.len())

@@ -19,8 +19,9 @@
 //!    that type, else of any kind measured there, else 1 step/s.
 //!
 //! Space sharing: a kind's rate beside another is its rate alone times a
-//! factor, measured per pair, else the median of the measured pairs'
-//! factors, else (nothing measured yet) [`SHARE_PRIOR`].
+//! factor, measured per pair, else estimated from the kind's and the other
+//! kind's measured pairs ([`Sharing::factor`]), else (nothing measured yet)
+//! [`SHARE_PRIOR`].
 
 pub mod ratio;
 
