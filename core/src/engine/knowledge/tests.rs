@@ -198,14 +198,11 @@ fn a_pair_measured_for_the_first_time_replans_even_when_rates_alone_hold() {
                 && w.colocated(a, b, v100).is_some()
         })
         .unwrap();
-    let gpu = (0..w.cluster().gpus().len())
+    let v100s: Vec<_> = (0..w.cluster().gpus().len())
         .map(|g| crate::cluster::GpuId(g as u32))
-        .find(|&g| w.cluster().gpu(g).gpu_type == v100)
-        .unwrap();
-    let other_gpu = (0..w.cluster().gpus().len())
-        .map(|g| crate::cluster::GpuId(g as u32))
-        .find(|&g| g != gpu && w.cluster().gpu(g).gpu_type == v100)
-        .unwrap();
+        .filter(|&g| w.cluster().gpu(g).gpu_type == v100)
+        .collect();
+    let (gpu, other_gpu) = (v100s[0], v100s[1]);
     let job = |j: usize| crate::job::JobId(j as u32);
     // Round `index`: a and b alone on two v100s, or sharing one.
     let round = |index, shared: bool| {
