@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# How much of a measured-against-oracle figure is the trace's luck: Hadar's
+# mean JCT with --throughput-knowledge measured over Hadar's with the
+# oracle, on Gavel's runs A and B, each under N copies of Gavel's table
+# whose every rate (alone, and each side of each pair) is multiplied by an
+# independent draw from [1 - F, 1 + F] (default 16 copies, F = 1%: well
+# within the table's own measurement noise). Both modes run on the same
+# perturbed table, which is the truth of that copy. Prints per-copy ratios
+# and their mean, spread and how many are under 5% (docs/knowledge.md).
+#
+#   scripts/knowledge-perturbed.sh                    # release build first
+#   COPIES=8 SPREAD=0.02 scripts/knowledge-perturbed.sh
+#   HADAR=target/debug/hadar scripts/knowledge-perturbed.sh --progress-noise 0.1
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/hadar.sh
+
+copies=${COPIES:-16}
+spread=${SPREAD:-0.01}
+python3 - "$tmp" "$copies" "$spread" <<'EOF'
+import json, random, sys
+out, copies, spread = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+table = json.load(open('core/data/gavel/simulation_throughputs.json'))
+for seed in range(1, copies + 1):
+    rng = random.Random(seed)
+    draw = lambda: 1 + spread * (2 * rng.random() - 1)
+    copy = {}
+    for ty in sorted(table):
+        copy[ty] = {}
+        for kind in sorted(table[ty]):
+            row = {}
+            for other, v in sorted(table[ty][kind].items()):
+                row[other] = [x * draw() for x in v] if isinstance(v, list) else v * draw()
+            copy[ty][kind] = row
+    json.dump(copy, open(f'{out}/table-{seed}.json', 'w'))
+EOF
+
+# Mean JCT in hours of one run: simulate's arguments.
+jct() {
+  "$hadar" simulate --no-bound --policy hadar "$@" | awk '/^hadar /{print $4}'
+}
+
+for run in "A static_100jobs_multigpu_seed0.trace" "B static_100jobs_singlegpu_seed0.trace"; do
+  read -r name trace <<<"$run"
+  for seed in $(seq 1 "$copies"); do
+    table=$tmp/table-$seed.json
+    o=$(jct --trace "$trace" --throughputs "$table" --throughput-knowledge oracle)
+    m=$(jct --trace "$trace" --throughputs "$table" --throughput-knowledge measured "$@")
+    if [[ -z $o || -z $m ]]; then
+      echo "no mean JCT in simulate's output for run $name, copy $seed" >&2
+      exit 1
+    fi
+    echo "$o $m"
+  done | awk -v name="$name" '
+    { r = $2 / $1; s += r; ss += r * r; n++; under += (r < 1.05)
+      lo = (n == 1 || r < lo) ? r : lo; hi = (n == 1 || r > hi) ? r : hi
+      olo = (n == 1 || $1 < olo) ? $1 : olo; ohi = (n == 1 || $1 > ohi) ? $1 : ohi
+      line = line sprintf(" %+.1f", 100 * (r - 1)) }
+    END { m = s / n; sd = sqrt((ss - n * m * m) / (n - 1))
+      printf "run %s: measured over oracle, mean %+.1f%% (sd %.1f, %+.1f%% .. %+.1f%%), under 5%% in %d of %d; oracle mean JCT %.2f .. %.2f h\n  per copy:%s\n",
+        name, 100 * (m - 1), 100 * sd, 100 * (lo - 1), 100 * (hi - 1), under, n, olo, ohi, line }'
+done
