@@ -324,10 +324,13 @@ impl Knowledge {
         // Which kinds may share GPUs is the true table's (a pair it has
         // measured): a capability, not a rate. Their rates are estimated.
         // Pairs not measured get the pair model's estimate as it is, with no
-        // bonus: exploring each of the many pairs would cost more than
-        // sharing gains (docs/knowledge.md). Before any is measured,
-        // time-slicing's share plus the bonus, so that sharing is tried at
-        // all.
+        // bonus (optimism on pairs cost mean JCT), and a pair's rates are the
+        // unraised estimate alone times the factor: beside rates alone shown
+        // raised, a job whose rates are unknown looks a poorer partner and
+        // is kept from sharing until measured (putting both on one scale cost
+        // 3.6 points of mean JCT; docs/knowledge.md). Before any pair is
+        // measured, time-slicing's share plus the bonus, so that sharing is
+        // tried at all.
         let sharing = model.sharing();
         let prior = (crate::estimate::SHARE_PRIOR * bonus).min(1.0);
         let reps: Vec<usize> = (0..self.kinds.len())
