@@ -46,11 +46,6 @@ for seed in range(1, copies + 1):
     json.dump(copy, open(f'{out}/table-{seed}.json', 'w'))
 EOF
 
-# Mean JCT in hours of one run: simulate's arguments.
-jct() {
-  "$hadar" simulate --no-bound --policy hadar "$@" | awk '/^hadar /{print $4}'
-}
-
 for run in "A static_100jobs_multigpu_seed0.trace" "B static_100jobs_singlegpu_seed0.trace"; do
   read -r name trace <<<"$run"
   for seed in $(seq 1 "$copies"); do

@@ -23,11 +23,6 @@ for seed in 1 2 3 4 5 6; do
   traces+=("$tmp/single-seed$seed.trace" "$tmp/multi-seed$seed.trace")
 done
 
-# Mean JCT in hours of one run: simulate's arguments.
-jct() {
-  "$hadar" simulate --no-bound --policy hadar "$@" | awk '/^hadar /{print $4}'
-}
-
 echo "| trace | oracle mean JCT h | measured | measured, 10% noise |"
 echo "|---|---|---|---|"
 for t in "${traces[@]}"; do
