@@ -40,6 +40,10 @@ down() {
     ip link delete "veth-hd-$name" 2>/dev/null || true
   done
   ip link delete "$BR" 2>/dev/null || true
+  if command -v iptables >/dev/null; then
+    iptables -D FORWARD -i "$BR" -o "$BR" -j ACCEPT 2>/dev/null || true
+  fi
+  for spec in $HOSTS; do rm -rf "/etc/netns/hadar-${spec%%:*}"; done
 }
 
 start_sshd() { # NAME ADDR PORT [NETNS]
@@ -86,6 +90,26 @@ up() {
   printf 'Host local\n  HostName 127.0.0.1\n  Port %s\n' "$LOCAL_PORT" >> "$DIR/ssh_config"
   ip link show "$BR" >/dev/null 2>&1 || { ip link add "$BR" type bridge; ip addr add "$BR_IP" dev "$BR"; }
   ip link set "$BR" up
+  # Ranks of one task talk host to host over the bridge. A dockerd with
+  # iptables on (scripts/docker-hosts.sh's local one) sets the FORWARD
+  # policy to DROP, which silently drops that traffic: accept it.
+  if command -v iptables >/dev/null; then
+    iptables -C FORWARD -i "$BR" -o "$BR" -j ACCEPT 2>/dev/null \
+      || iptables -I FORWARD -i "$BR" -o "$BR" -j ACCEPT
+  fi
+  # No DNS server is reachable from a namespace: every lookup of a name
+  # not in /etc/hosts would wait 10-20 s (PyTorch's gloo looks up its own
+  # hostname). Each namespace gets a hosts file naming every host, and a
+  # resolv.conf that fails at once; `ip netns exec` mounts them over /etc
+  # for sshd and so for every task it starts.
+  for spec in $HOSTS; do
+    IFS=: read -r name _ <<<"$spec"
+    install -d "/etc/netns/hadar-$name"
+    { echo "127.0.0.1 localhost"
+      for other in $HOSTS; do IFS=: read -r n a <<<"$other"; echo "$a $n"; done
+    } > "/etc/netns/hadar-$name/hosts"
+    echo "options timeout:1 attempts:1" > "/etc/netns/hadar-$name/resolv.conf"
+  done
   for spec in $HOSTS; do
     IFS=: read -r name ip <<<"$spec"
     ns=hadar-$name

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{binaries, host_net, jobs_file, signal, tasks_of, Task};
+use common::{binaries, example_jobs, host_net, signal, tasks_of, Task};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -64,6 +64,10 @@ struct Setup {
     remote: Option<PathBuf>,
     /// How many times the orchestrator may be killed per run.
     faulty_attempts: u32,
+    /// The jobs file, from the repository's root.
+    jobs: &'static str,
+    /// Where the test hook may kill the orchestrator (`HADAR_TEST_CRASH_AT`).
+    crash_points: &'static [&'static str],
 }
 
 #[derive(Default, Debug)]
@@ -82,12 +86,14 @@ struct Counts {
 /// Samples taken while a run goes: the tasks of each (job, copy) seen live
 /// together more than once, with their namespaces (judged at the end, when
 /// the hosts the run dropped are known); the most seen of any.
-type Crowds = Vec<((String, String), Vec<u64>)>;
+type Crowds = Vec<(TaskKey, Vec<u64>)>;
+/// (job, copy, rank) of a live task.
+type TaskKey = (String, String, String);
 
 fn campaign_run(seed: u64, policy: &str, setup: &Setup, hadar: &Path, trainer: &Path) -> Counts {
     let mut rng = Rng(seed.wrapping_mul(7919).wrapping_add(1));
     let dir = tempfile::tempdir().expect("tempdir");
-    let jobs = jobs_file(dir.path(), trainer);
+    let jobs = example_jobs(dir.path(), trainer, setup.jobs);
     let state = dir.path().join("state");
     let task_root = setup.remote.clone().unwrap_or_else(|| state.clone());
     let cluster = setup.cluster.clone();
@@ -95,7 +101,7 @@ fn campaign_run(seed: u64, policy: &str, setup: &Setup, hadar: &Path, trainer: &
     // The sampler: live tasks per (job, copy) across the whole run.
     let done = Arc::new(AtomicBool::new(false));
     let crowds: Arc<Mutex<Crowds>> = Arc::default();
-    let seen: Arc<Mutex<BTreeMap<(String, String), usize>>> = Arc::default();
+    let seen: Arc<Mutex<BTreeMap<TaskKey, usize>>> = Arc::default();
     let sampler = {
         let (done, crowds, seen, root) = (
             done.clone(),
@@ -105,7 +111,7 @@ fn campaign_run(seed: u64, policy: &str, setup: &Setup, hadar: &Path, trainer: &
         );
         std::thread::spawn(move || {
             while !done.load(Ordering::SeqCst) {
-                let mut groups: HashMap<(String, String), BTreeMap<u32, u64>> = HashMap::new();
+                let mut groups: HashMap<TaskKey, BTreeMap<u32, u64>> = HashMap::new();
                 for t in tasks_of(&root) {
                     groups.entry(t.key).or_default().insert(t.group, t.net);
                 }
@@ -147,9 +153,10 @@ fn campaign_run(seed: u64, policy: &str, setup: &Setup, hadar: &Path, trainer: &
             .stderr(Stdio::piped());
         let hook = faulty && rng.below(4) == 0;
         if hook {
+            let point = setup.crash_points[rng.below(setup.crash_points.len() as u64) as usize];
             cmd.env(
                 "HADAR_TEST_CRASH_AT",
-                format!("launched:{}", 1 + rng.below(4)),
+                format!("{point}:{}", 1 + rng.below(4)),
             );
         }
         let mut child = cmd.spawn().expect("spawn hadar");
@@ -306,6 +313,8 @@ fn twenty_runs_under_faults_lose_and_duplicate_nothing() {
         args: vec![],
         remote: None,
         faulty_attempts: 3,
+        jobs: "examples/local/jobs.toml",
+        crash_points: &["launched"],
     };
     let mut total = Counts::default();
     let started = Instant::now();
@@ -365,6 +374,8 @@ fn runs_over_ssh_with_a_host_dropped_lose_and_duplicate_nothing() {
             ],
             remote: Some(remote.path().to_path_buf()),
             faulty_attempts: 2,
+            jobs: "examples/local/jobs.toml",
+            crash_points: &["launched"],
         };
         let policy = if seed % 2 == 0 { "hadar" } else { "hadare" };
         let c = campaign_run(100 + seed, policy, &setup, hadar, &trainer);
@@ -374,5 +385,42 @@ fn runs_over_ssh_with_a_host_dropped_lose_and_duplicate_nothing() {
     eprintln!(
         "ssh campaign: 4 runs in {:.0} s, all completed: {total:?}",
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// Gangs of ranks across one-GPU nodes (examples/multinode) on the local
+/// backend, under the same faults, and hadar killed also between the
+/// launches of one task's ranks (`rank-launched`); a killed or stopped
+/// trainer is then one rank of a gang. `HADAR_GANG_CAMPAIGN_RUNS` changes
+/// the number of runs (default 6).
+#[test]
+fn gangs_across_nodes_under_faults_lose_and_duplicate_nothing() {
+    let (hadar, trainer) = binaries();
+    let runs: u64 = std::env::var("HADAR_GANG_CAMPAIGN_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    let setup = Setup {
+        cluster: Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/multinode/cluster.toml"),
+        args: vec![],
+        remote: None,
+        faulty_attempts: 3,
+        jobs: "examples/multinode/jobs.toml",
+        crash_points: &["launched", "rank-launched"],
+    };
+    let mut total = Counts::default();
+    let started = Instant::now();
+    for seed in 0..runs {
+        let c = campaign_run(200 + seed, "hadar", &setup, hadar, &trainer);
+        eprintln!("gang run {seed}: {c:?}");
+        add(&mut total, &c);
+    }
+    eprintln!(
+        "gang campaign: {runs} runs in {:.0} s, all completed: {total:?}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        runs < 4 || total.orchestrator_kills + total.crash_hook_kills > 0,
+        "the campaign placed no kill: {total:?}"
     );
 }

@@ -65,6 +65,14 @@ pub struct Placement {
     pub shapes: Vec<Shape>,
     /// Whether HadarE may run copies of it (`fork = false` in a jobs file).
     pub fork: bool,
+    /// Whether one task of it may span nodes (a real job of protocol
+    /// version 2: a process per rank); a version-1 job's task is one
+    /// process, on one node.
+    pub span_nodes: bool,
+    /// Whether its workers take shares of each step's batch in proportion
+    /// to their GPUs' speed (`uneven_batches`): a gang spread over types
+    /// then runs at the sum of its workers' paces, not at the slowest one's.
+    pub uneven_batches: bool,
 }
 
 impl Default for Placement {
@@ -72,6 +80,8 @@ impl Default for Placement {
         Self {
             shapes: Vec::new(),
             fork: true,
+            span_nodes: true,
+            uneven_batches: false,
         }
     }
 }

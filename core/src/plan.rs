@@ -83,8 +83,31 @@ pub enum MixedRate {
     Mean,
 }
 
+/// Steps/s of a gang spread over types whose workers take batch shares in
+/// proportion to their speed: the sum of the workers' paces, each its
+/// type's gang rate over the gang (EasyScale's credit, less its waste term:
+/// integer shares of a real batch lose a little of it).
+fn uneven_rate(workload: &Workload, task: &Task) -> f64 {
+    let cluster = workload.cluster();
+    let j = task.job.index();
+    let size = task.gpus.len() as u32;
+    task.gpus
+        .iter()
+        .map(|&g| {
+            let ty = cluster.gpu(g).gpu_type;
+            let r = if workload.gang(j, ty) == Some(size) {
+                workload.rate(j, ty)
+            } else {
+                workload.rate_at(j, size, ty).unwrap_or(0.0)
+            };
+            r / f64::from(size)
+        })
+        .sum()
+}
+
 /// Steps/s of a task: its job's table rate at the task's size on the task's
-/// GPU types, combined by `mixed` when the types differ. 0 if it cannot run.
+/// GPU types, combined by `mixed` when the types differ (by the sum of the
+/// workers' paces for a job of uneven batch shares). 0 if it cannot run.
 pub fn task_rate(workload: &Workload, task: &Task, mixed: MixedRate) -> f64 {
     let cluster: &Cluster = workload.cluster();
     let j = task.job.index();
@@ -113,6 +136,9 @@ pub fn task_rate(workload: &Workload, task: &Task, mixed: MixedRate) -> f64 {
     }
     if n == 0 {
         return 0.0;
+    }
+    if n > 1 && min > 0.0 && workload.jobs()[j].placement.uneven_batches {
+        return uneven_rate(workload, task);
     }
     match mixed {
         MixedRate::Min => min,

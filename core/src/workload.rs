@@ -166,6 +166,30 @@ impl Workload {
         Self::new(jobs, self.cluster.clone(), self.table.clone(), "<subset>")
     }
 
+    /// The same jobs with a `fraction` of them (0 to 1, spread evenly over
+    /// the ids by the golden ratio) declaring uneven batch shares: their
+    /// gangs spread over types run at the sum of their workers' paces. For
+    /// measuring what the declaration gains (`hadar simulate
+    /// --uneven-batches`).
+    pub fn with_uneven_batches(&self, fraction: f64) -> Result<Self> {
+        const PHI: f64 = 0.618_033_988_749_894_9;
+        let jobs: Vec<Job> = self
+            .jobs
+            .iter()
+            .map(|j| {
+                let mut j = j.clone();
+                j.placement.uneven_batches = (f64::from(j.id.0) * PHI + PHI).fract() < fraction;
+                j
+            })
+            .collect();
+        Self::new(
+            jobs,
+            self.cluster.clone(),
+            self.table.clone(),
+            "<uneven batches>",
+        )
+    }
+
     /// The jobs, by id.
     pub fn jobs(&self) -> &[Job] {
         &self.jobs

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hadar_backend::protocol::RESUME_FILE;
-use hadar_backend::{Backend, NodeGpus, TaskFile, TaskSpec, TaskState, TaskStatus};
+use hadar_backend::{
+    Backend, NodeGpus, Ranks, Rendezvous, TaskFile, TaskSpec, TaskState, TaskStatus,
+};
 use hadar_core::cluster::{Cluster, GpuId};
 use hadar_core::engine::LoopState;
 use hadar_core::executor::{Capabilities, RoundExecutor, RoundReport, TaskReport};
@@ -23,6 +25,7 @@ use hadar_core::plan::{RoundPlan, Task};
 use hadar_core::state::JobsState;
 
 use crate::checkpoints::{incoming, install, latest};
+use crate::jobs::RunJob;
 use crate::parallel::{each as concurrently, fetch_checkpoints, launch_all, stop_each};
 use crate::state::{save_state, RunState, Running};
 use crate::{hang_limit, unix_now, Event, RunConfig, RunError};
@@ -47,6 +50,12 @@ impl std::fmt::Debug for RealRounds<'_> {
 /// A job whose tasks end this many times in a row without a checkpoint
 /// stops the run: it would otherwise be restarted from nothing forever.
 const NO_CHECKPOINT_LIMIT: u32 = 5;
+
+/// The ports handed to version-2 tasks for their rendezvous
+/// (`MASTER_PORT`): one per task of several ranks, never two alike among
+/// the run's recorded tasks, whichever nodes they are on (the local
+/// backend's "nodes" share one port space).
+pub const RENDEZVOUS_PORTS: std::ops::RangeInclusive<u16> = 29500..=30499;
 
 /// A task's key: (job, copy).
 type Key = (u32, u32);
@@ -302,7 +311,7 @@ impl RealRounds<'_> {
         }
     }
 
-    fn spec(&self, t: &Task, round: u64, deadline: f64) -> TaskSpec {
+    fn spec(&self, t: &Task, round: u64, deadline: f64, port: Option<u16>) -> TaskSpec {
         let job = &self.config.jobs[t.job.index()];
         let mut placement: Vec<NodeGpus> = Vec::new();
         for &g in &t.gpus {
@@ -328,6 +337,11 @@ impl RealRounds<'_> {
             t.job.0, round, t.copy, self.state.launches
         );
         let resume = latest(&self.config.state_dir, t.job.0);
+        let placement_lead = placement
+            .first()
+            .map(|p| p.node.clone())
+            .unwrap_or_default();
+        let batch_shares = self.batch_shares(job, &t.gpus);
         TaskSpec {
             run: self.state.run_id.clone(),
             job: t.job.0,
@@ -355,7 +369,76 @@ impl RealRounds<'_> {
             seed: u64::from(t.copy) * 7919 + round,
             token: format!("{}-{name}", self.state.run_id),
             options: job.backend_options(self.backend.name()),
+            ranks: job.ranks,
+            rendezvous: port.map(|port| Rendezvous {
+                addr: self.backend.rendezvous_addr(&placement_lead),
+                port,
+            }),
+            batch_shares,
         }
+    }
+
+    /// Each GPU's share of the batch (in the order of `gpus`), in
+    /// proportion to the job's rate per GPU on its type, for a job that
+    /// honours uneven shares; empty (equal shares) otherwise or where a
+    /// rate is not known.
+    fn batch_shares(&self, job: &RunJob, gpus: &[GpuId]) -> Vec<f64> {
+        if !job.uneven_batches {
+            return vec![];
+        }
+        let rates: Option<Vec<f64>> = gpus
+            .iter()
+            .map(|&g| {
+                let ty = self.cluster.gpu_type_name(self.cluster.gpu(g).gpu_type);
+                let gang = f64::from(job.gang_on(ty)?.max(1));
+                job.throughput.get(ty).map(|r| r / gang)
+            })
+            .collect();
+        rates
+            .filter(|r| r.iter().all(|x| *x > 0.0))
+            .unwrap_or_default()
+    }
+
+    /// Ports for the tasks of `specs` that need a rendezvous (version-2
+    /// tasks of more than one rank): the lowest ones of
+    /// [`RENDEZVOUS_PORTS`] that no recorded task holds.
+    fn free_ports(&self, tasks: &[&Task]) -> Result<Vec<Option<u16>>, RunError> {
+        let mut held: HashSet<u16> = self
+            .state
+            .running
+            .iter()
+            .chain(&self.state.launching)
+            .filter_map(|r| r.port)
+            .collect();
+        let mut free = RENDEZVOUS_PORTS.filter(move |p| held.insert(*p));
+        tasks
+            .iter()
+            .map(|t| {
+                let job = &self.config.jobs[t.job.index()];
+                let ranks = match job.ranks {
+                    Ranks::Task => 1,
+                    Ranks::Gpu => t.gpus.len(),
+                    Ranks::Node => self
+                        .placement(t)
+                        .iter()
+                        .map(|(n, _)| n)
+                        .collect::<HashSet<_>>()
+                        .len(),
+                };
+                if ranks < 2 {
+                    return Ok(None);
+                }
+                free.next().map(Some).ok_or_else(|| RunError::Launch {
+                    job: job.name.clone(),
+                    source: hadar_backend::BackendError::Invalid(format!(
+                        "no rendezvous port left: every port of {}-{} is held by a task of this \
+                         run",
+                        RENDEZVOUS_PORTS.start(),
+                        RENDEZVOUS_PORTS.end()
+                    )),
+                })
+            })
+            .collect()
     }
 
     /// Launches the plan's tasks that do not run yet, concurrently.
@@ -369,7 +452,7 @@ impl RealRounds<'_> {
         let deadline = self.state.started_unix_s + round_start + self.config.round_s;
         self.check_checkpoints(plan, ledger);
         self.state.launches += 1;
-        let specs: Vec<(Key, TaskSpec)> = plan
+        let new: Vec<&Task> = plan
             .tasks
             .iter()
             .filter(|t| {
@@ -379,7 +462,12 @@ impl RealRounds<'_> {
                     .iter()
                     .any(|r| (r.job, r.copy) == (t.job.0, t.copy))
             })
-            .map(|t| ((t.job.0, t.copy), self.spec(t, plan.index, deadline)))
+            .collect();
+        let ports = self.free_ports(&new)?;
+        let specs: Vec<(Key, TaskSpec)> = new
+            .iter()
+            .zip(&ports)
+            .map(|(t, port)| ((t.job.0, t.copy), self.spec(t, plan.index, deadline, *port)))
             .collect();
         // Write-ahead: the launches are on disk before they happen, so that
         // a run killed before their handles are saved finds them by token.
@@ -387,7 +475,29 @@ impl RealRounds<'_> {
             .iter()
             .map(|((job, _), _)| (*job, self.base_step(*job)))
             .collect();
+        let port_of: HashMap<Key, Option<u16>> = new
+            .iter()
+            .zip(ports)
+            .map(|(t, p)| ((t.job.0, t.copy), p))
+            .collect();
+        let types_of: HashMap<Key, Vec<String>> = new
+            .iter()
+            .map(|t| {
+                let types = t
+                    .gpus
+                    .iter()
+                    .map(|&g| {
+                        self.cluster
+                            .gpu_type_name(self.cluster.gpu(g).gpu_type)
+                            .to_string()
+                    })
+                    .collect();
+                ((t.job.0, t.copy), types)
+            })
+            .collect();
         let record = |key: Key, handle| Running {
+            port: port_of[&key],
+            gpu_types: types_of[&key].clone(),
             job: key.0,
             copy: key.1,
             gpus: desired[&key].clone(),
@@ -418,7 +528,7 @@ impl RealRounds<'_> {
             specs.iter().map(|(_, s)| s.clone()).collect(),
         )
         .await;
-        crate::testing::crash_point("launched");
+        hadar_backend::testing::crash_point("launched");
         let mut failed = None;
         for ((key, spec), res) in specs.into_iter().zip(results) {
             match res {
@@ -500,6 +610,7 @@ impl RealRounds<'_> {
         // a hung task) before the ended ones are taken out.
         let mut ended: HashSet<Key> = HashSet::new();
         let mut hung: HashSet<Key> = HashSet::new();
+        let mut broken: HashSet<Key> = HashSet::new();
         let mut lost: Vec<String> = Vec::new();
         for (i, res) in results.into_iter().enumerate() {
             match res {
@@ -509,6 +620,20 @@ impl RealRounds<'_> {
                     let limit = hang_limit(&self.config.guards, r.iterations > 0, r.gap_s);
                     if status.state == TaskState::Running && now - r.progress_s > limit {
                         hung.insert((r.job, r.copy));
+                    }
+                    if let TaskState::Broken { rank, code } = status.state {
+                        // A gang fails as a whole: the others are stopped
+                        // after their grace (rank 0 checkpoints).
+                        ledger.warnings.push(format!(
+                            "job {} copy {}: its rank {rank} exited with {} while the others \
+                             ran: the task is stopped and resumes from its last checkpoint",
+                            self.config.jobs[r.job as usize].name,
+                            r.copy,
+                            code.map_or("a signal (or vanished)".to_string(), |c| format!(
+                                "status {c}"
+                            ))
+                        ));
+                        broken.insert((r.job, r.copy));
                     }
                     let job = self.state.running[i].job;
                     let event = Event::Progress {
@@ -541,6 +666,7 @@ impl RealRounds<'_> {
             self.lose(ledger, node);
         }
         self.stop_hung(&hung, now, ledger).await?;
+        self.stop_keys(&broken, ledger).await?;
         // Ended tasks leave; their checkpoints are banked.
         let (gone, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
             .into_iter()
@@ -584,14 +710,12 @@ impl RealRounds<'_> {
         now: f64,
         ledger: &mut Ledger,
     ) -> Result<(), RunError> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let (stuck, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
-            .into_iter()
-            .partition(|r| keys.contains(&(r.job, r.copy)));
-        self.state.running = rest;
-        for r in &stuck {
+        for r in self
+            .state
+            .running
+            .iter()
+            .filter(|r| keys.contains(&(r.job, r.copy)))
+        {
             ledger.warnings.push(format!(
                 "job {} copy {}: no progress for {:.0} s (hung or stopped?): killed; it \
                  resumes from its last checkpoint",
@@ -600,7 +724,23 @@ impl RealRounds<'_> {
                 now - r.progress_s
             ));
         }
-        self.finish_tasks(stuck, ledger).await
+        self.stop_keys(keys, ledger).await
+    }
+
+    /// Stops the running tasks of `keys` and banks their checkpoints.
+    async fn stop_keys(
+        &mut self,
+        keys: &HashSet<Key>,
+        ledger: &mut Ledger,
+    ) -> Result<(), RunError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let (stop, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
+            .into_iter()
+            .partition(|r| keys.contains(&(r.job, r.copy)));
+        self.state.running = rest;
+        self.finish_tasks(stop, ledger).await
     }
 
     /// The round's report: each planned task's steps and busy time, and

@@ -14,6 +14,10 @@
 //! noise_scale = 1000.0                # gradient noise scale B_noise, same unit (optional)
 //! gpu_types = ["v100", "k80"]         # the types it accepts (default: every type)
 //! fork = false                        # HadarE never copies it (default true)
+//! ranks = "gpu"                       # a process per GPU ("gpu"), per node ("node"),
+//!                                     # or one for the task ("task", the default:
+//!                                     # protocol version 1, on one node)
+//! uneven_batches = true               # its ranks honour HADAR_BATCH_SHARE (default false)
 //! [job.slurm]                         # this job's Slurm options (optional)
 //! srun_args = ["--mem=4G"]            # extra options of its steps (checked by the backend)
 //! [job.docker]                        # this job's Docker options (optional)
@@ -28,7 +32,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use hadar_backend::{Signal, StopPolicy};
+use hadar_backend::{Ranks, Signal, StopPolicy};
+use hadar_core::cluster::Cluster;
 use hadar_core::error::{parse_toml, read_to_string, Error, Location, Result};
 use hadar_core::estimate::{Kind, RateModel};
 use hadar_core::job::{Job, JobId, Launch, Placement, Shape};
@@ -99,6 +104,16 @@ pub struct RunJob {
     /// Whether HadarE may run copies of it (default true).
     #[serde(default = "yes")]
     pub fork: bool,
+    /// How its tasks' processes are laid out: one per GPU or per node
+    /// (job protocol version 2: its tasks may span nodes), or one for the
+    /// task (version 1, the default: on one node).
+    #[serde(default)]
+    pub ranks: Ranks,
+    /// Whether its ranks take `HADAR_BATCH_SHARE` of the global batch
+    /// (shares in proportion to each GPU's rate); without it every rank
+    /// gets an equal share.
+    #[serde(default)]
+    pub uneven_batches: bool,
 }
 
 /// One of a job's alternatives: a GPU type and its gang size there.
@@ -389,6 +404,95 @@ fn check_shapes(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a job whose gang no placement can hold, naming the job, its
+/// gang and the largest it could get: a version-1 job (one process) needs
+/// its gang on one node; a job of ranks needs it among all the GPUs of its
+/// types where the backend runs tasks across nodes (`multi_node`), on one
+/// node elsewhere. A gang of one size on every type may mix types (Hadar's
+/// task-level heterogeneity); alternatives whose gang changes with the type
+/// are counted type by type. A job that cannot be placed would wait forever.
+pub fn check_placeable(jobs: &[RunJob], cluster: &Cluster, multi_node: bool) -> Result<()> {
+    for (i, j) in jobs.iter().enumerate() {
+        let spans = multi_node && j.ranks.spans_nodes();
+        let shapes = j.shapes();
+        let groups: Vec<(Vec<String>, u32)> = if shapes.iter().all(|s| s.gang == j.gang()) {
+            let types = match shapes.is_empty() {
+                true => cluster.gpu_types().to_vec(),
+                false => shapes.into_iter().map(|s| s.gpu_type).collect(),
+            };
+            vec![(types, j.gang())]
+        } else {
+            shapes
+                .into_iter()
+                .map(|s| (vec![s.gpu_type], s.gang))
+                .collect()
+        };
+        let rooms: Vec<(u32, String)> = groups
+            .iter()
+            .map(|(t, _)| room(cluster, t, spans))
+            .collect();
+        if groups.iter().zip(&rooms).any(|((_, gang), r)| r.0 >= *gang) {
+            continue;
+        }
+        let mut best = (0, "no GPU of its types".to_string());
+        for r in rooms {
+            if r.0 > best.0 {
+                best = r;
+            }
+        }
+        let how = if spans {
+            "add GPUs of its types or make its gang smaller"
+        } else if j.ranks.spans_nodes() {
+            "this backend runs a task on one node: use a backend that spans nodes, or a smaller \
+             gang"
+        } else {
+            "set `ranks = \"gpu\"` (a process per GPU, across nodes) if the job can run so, or \
+             make its gang smaller"
+        };
+        return Err(Error::Inconsistent {
+            location: Location::new("the jobs file").field(format!("job[{i}]")),
+            message: format!(
+                "job `{}`: its gang of {} GPUs fits no placement on this cluster (the most it \
+                 could get is {}); {how}",
+                j.name,
+                j.gang(),
+                best.1
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The most GPUs of `types` one task can get: on the best node, or across
+/// the cluster where it may span nodes; with words saying where.
+fn room(cluster: &Cluster, types: &[String], spans: bool) -> (u32, String) {
+    let ids: Vec<_> = types
+        .iter()
+        .filter_map(|t| cluster.gpu_type_id(t))
+        .collect();
+    let names = types.join("/");
+    let on = |n: &hadar_core::cluster::Node| -> u32 {
+        n.gpus
+            .iter()
+            .filter(|(t, _)| ids.contains(t))
+            .map(|(_, c)| c)
+            .sum()
+    };
+    if spans {
+        let total: u32 = cluster.nodes().iter().map(on).sum();
+        return (total, format!("{total} {names} across the cluster"));
+    }
+    let mut best: Option<&hadar_core::cluster::Node> = None;
+    for n in cluster.nodes() {
+        if best.is_none_or(|b| on(n) > on(b)) {
+            best = Some(n);
+        }
+    }
+    best.map_or((0, String::new()), |n| {
+        (on(n), format!("{} {names} on node {}", on(n), n.name))
+    })
+}
+
 /// The rates the jobs file gives, as the throughput model's evidence
 /// (measured rates join them as the run goes).
 pub fn given_rates(jobs: &[RunJob]) -> RateModel {
@@ -484,6 +588,8 @@ pub fn to_model(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Job>, ThroughputT
                 placement: Placement {
                     shapes,
                     fork: j.fork,
+                    span_nodes: j.ranks.spans_nodes(),
+                    uneven_batches: j.uneven_batches,
                 },
             }
         })

@@ -18,7 +18,6 @@ pub mod jobs;
 pub mod parallel;
 pub mod rates;
 pub mod state;
-mod testing;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -398,6 +397,11 @@ pub async fn run(
     if config.guards.fresh {
         start_over(&config, &backend).await?;
     }
+    jobs::check_placeable(
+        &config.jobs,
+        &config.cluster,
+        backend.capabilities().multi_node,
+    )?;
     let workload = workload(&config)?;
     let mut state = initial_state(&config)?;
     same_backend(&config.state_dir, &state, backend.name())?;

@@ -36,6 +36,29 @@ pub struct Running {
     /// `None`: unknown), so that its own checkpoint says what it added.
     #[serde(default)]
     pub base_step: Option<u64>,
+    /// The rendezvous port its ranks hold (protocol version 2): not handed
+    /// to another task while this one is recorded.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// The types of its GPUs, in the order of `gpus` (for `hadar status`;
+    /// empty in states of older versions).
+    #[serde(default)]
+    pub gpu_types: Vec<String>,
+}
+
+impl Running {
+    /// Where it runs, for people: `h1 v100#0, h2 k80#0` (node, type, GPU).
+    pub fn placement(&self) -> String {
+        self.gpus
+            .iter()
+            .enumerate()
+            .map(|(i, (node, gpu))| {
+                let ty = self.gpu_types.get(i).map_or("gpu", String::as_str);
+                format!("{node} {ty}#{gpu}")
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// One job's runtime state.
@@ -259,6 +282,8 @@ mod tests {
             progress_s: 0.0,
             gap_s: 0.0,
             base_step: None,
+            port: None,
+            gpu_types: vec![],
         }
     }
 

@@ -10,7 +10,13 @@
 //! process scenarios (signals, exit codes, environment, argument quoting,
 //! never signalling a process that is not ours), for backends that run real
 //! commands. `conformance_suite!(setup(), protocol)` generates the first
-//! set only.
+//! set only. A third set, for backends that run a task across nodes, runs
+//! gangs of two ranks on the target's node and the harness's `peer`.
+//!
+//! Every scenario of the chosen sets is generated; a backend that cannot
+//! pass one opts out of it by name, with its reason, in its harness
+//! (`opt_out`), and the test says so when it runs: a scenario added here
+//! reaches every backend unless one opts out of it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use hadar_backend::protocol::{CHECKPOINT_FILE, RESUME_FILE};
 use hadar_backend::{
-    Backend, BackendError, NodeGpus, Signal, StopPolicy, TaskFile, TaskHandle, TaskSpec, TaskState,
-    TaskStatus,
+    Backend, BackendError, NodeGpus, Ranks, Rendezvous, Signal, StopPolicy, TaskFile, TaskHandle,
+    TaskSpec, TaskState, TaskStatus,
 };
 
 /// Where a backend's scenarios run.
@@ -57,6 +63,52 @@ pub struct Harness {
     pub unreachable: Option<String>,
     /// Kept alive as long as the harness (temporary directories, ...).
     pub keep: Box<dyn std::any::Any + Send>,
+    /// A second node for the multi-node scenarios (rank 1 runs there).
+    pub peer: Option<String>,
+    /// Scenarios this backend does not pass, by name, each with the reason.
+    pub opt_out: Vec<(&'static str, &'static str)>,
+}
+
+impl Harness {
+    /// Why scenario `name` is not run on this backend, if it is not.
+    pub fn opted_out(&self, name: &str) -> Option<&'static str> {
+        self.opt_out
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, why)| *why)
+    }
+}
+
+/// Every scenario, by set: what a harness may name in `opt_out`.
+pub const SCENARIOS: &[&str] = &[
+    "launch_and_finish",
+    "stop_within_grace",
+    "transfers_by_task",
+    "found_again_after_restart",
+    "found_by_token",
+    "concurrent_calls",
+    "grace_expiry_kills",
+    "crash_is_reported",
+    "environment_reaches_the_task",
+    "arguments_arrive_intact",
+    "launch_failure_is_an_error",
+    "never_signals_what_is_not_ours",
+    "unreachable_node_says_so",
+    "gang_trains_across_nodes",
+    "gang_stop_reaches_every_rank",
+    "gang_breaks_when_a_rank_fails",
+    "gang_found_by_token_on_every_node",
+    "partial_gang_found_is_stopped",
+];
+
+/// The multi-node scenarios, for a harness of a backend that does not
+/// declare `multi_node` to opt out of with `why`.
+pub fn multi_node_opt_out(why: &'static str) -> Vec<(&'static str, &'static str)> {
+    SCENARIOS
+        .iter()
+        .filter(|s| s.starts_with("gang_") || s.starts_with("partial_gang"))
+        .map(|s| (*s, why))
+        .collect()
 }
 
 impl std::fmt::Debug for Harness {
@@ -77,6 +129,9 @@ macro_rules! conformance_suite {
             grace_expiry_kills, crash_is_reported, environment_reaches_the_task,
             arguments_arrive_intact, launch_failure_is_an_error, never_signals_what_is_not_ours,
             unreachable_node_says_so);
+        $crate::conformance_suite!(@tests $setup;
+            gang_trains_across_nodes, gang_stop_reaches_every_rank, gang_breaks_when_a_rank_fails,
+            gang_found_by_token_on_every_node, partial_gang_found_is_stopped);
     };
     ($setup:expr, protocol) => {
         $crate::conformance_suite!(@tests $setup;
@@ -88,6 +143,10 @@ macro_rules! conformance_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
                 let harness: $crate::conformance::Harness = $setup;
+                if let Some(why) = harness.opted_out(stringify!($name)) {
+                    eprintln!("{}: not run on this backend: {why}", stringify!($name));
+                    return;
+                }
                 $crate::conformance::$name(&harness).await;
             }
         )*
@@ -134,6 +193,9 @@ pub fn spec(t: &Target, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
         seed: 1,
         token: format!("conformance-{name}-{}", std::process::id()),
         options: Default::default(),
+        ranks: Default::default(),
+        rendezvous: None,
+        batch_shares: vec![],
     }
 }
 
@@ -533,4 +595,196 @@ pub async fn unreachable_node_says_so(h: &Harness) {
         Err(e) => assert_eq!(e.lost_node(), Some(node.as_str()), "{e}"),
         Ok(task) => panic!("launched on an unreachable node: {task:?}"),
     }
+}
+
+/// A spec of two ranks, one GPU each: rank 0 on the target's node, rank 1
+/// on the harness's `peer`, meeting at a free port of rank 0's node.
+fn gang_spec(h: &Harness, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
+    let t = &h.target;
+    let peer = h
+        .peer
+        .clone()
+        .expect("a multi-node scenario needs a second node: the harness has no `peer`");
+    let mut s = spec(t, name, argv, total);
+    s.placement = vec![
+        NodeGpus {
+            node: t.node.clone(),
+            gpus: vec![0],
+            gpu_types: vec!["v100".into()],
+        },
+        NodeGpus {
+            node: peer,
+            gpus: vec![1],
+            gpu_types: vec!["k80".into()],
+        },
+    ];
+    s.ranks = Ranks::Gpu;
+    s.rendezvous = Some(Rendezvous {
+        addr: h.backend.rendezvous_addr(&t.node),
+        port: free_port(),
+    });
+    s
+}
+
+/// A port nothing listens on here now (the kernel's pick).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Rank 1 runs `rank1`, rank 0 reports once and sleeps (exec: the report
+/// line and the sleep are the rank itself).
+fn ranks_script(rank1: &str) -> Vec<String> {
+    sh(&format!(
+        "if [ \"$RANK\" = 1 ]; then {rank1}; fi; \
+         echo 'HADAR_PROGRESS {{\"iterations\": 1}}'; exec sleep 120"
+    ))
+}
+
+/// No rank of the task's token is alive on any node: a new backend finds
+/// nothing.
+async fn none_left(h: &Harness, s: &TaskSpec) {
+    let fresh = (h.restart)();
+    assert_eq!(
+        fresh.find(&s.handle("")).await.expect("find"),
+        None,
+        "a rank is left alive"
+    );
+}
+
+/// The example trainer trains data-parallel across two nodes, with uneven
+/// batch shares: the ranks reach each other, the job finishes and learns.
+pub async fn gang_trains_across_nodes(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
+    let mut s = gang_spec(h, "gang-train", trainer_argv(t), 2000);
+    s.env.push(("HADAR_TRAINER_ITER_US".into(), "100".into()));
+    s.batch_shares = vec![2.0, 1.0];
+    let task = b.launch(&s).await.expect("launch");
+    assert_eq!(task.nodes.len(), 2, "{task:?}");
+    let st = wait_exit(b, &task, Duration::from_secs(60)).await;
+    assert_eq!(
+        st.state,
+        TaskState::Exited { code: Some(0) },
+        "{}",
+        log(b, &task).await
+    );
+    assert!(st.finished(), "{st:?}");
+    let r = st.report.expect("a report");
+    assert!(r.metrics["accuracy"] > 0.9, "it learned: {r:?}");
+    assert!(
+        file(b, &task, CHECKPOINT_FILE).await.is_some(),
+        "a checkpoint"
+    );
+    // The ranks stayed in step: equal weight digests at the end. Rank 1's
+    // log is read beside rank 0's: the test nodes share this filesystem.
+    let rank1 = file(b, &task, "rank-1.log")
+        .await
+        .expect("rank 1's log beside rank 0's (the test nodes share a filesystem)");
+    let (d0, d1) = (
+        digest(log(b, &task).await),
+        digest(String::from_utf8_lossy(&rank1).into()),
+    );
+    assert!(d0.is_some() && d0 == d1, "rank 0 {d0:?}, rank 1 {d1:?}");
+    none_left(h, &s).await;
+    b.cleanup(&task).await.expect("cleanup");
+}
+
+/// The weight digest the example trainer prints at its end.
+fn digest(log: String) -> Option<String> {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("HADAR_TRAINER_DIGEST "))?;
+    let v: serde_json::Value = serde_json::from_str(line.split_once(' ')?.1).ok()?;
+    Some(format!("{}@{}", v["digest"].as_str()?, v["step"]))
+}
+
+/// A stop reaches every rank on every node: the trainer's ranks stop at
+/// the same step, rank 0 writes the checkpoint, nothing is left running.
+pub async fn gang_stop_reaches_every_rank(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
+    let mut s = gang_spec(h, "gang-stop", trainer_argv(t), u64::MAX / 2);
+    s.env.push(("HADAR_TRAINER_ITER_US".into(), "500".into()));
+    let task = b.launch(&s).await.expect("launch");
+    let first = wait_report(b, &task).await;
+    assert_eq!(first.state, TaskState::Running, "{}", log(b, &task).await);
+    let st = b.stop(&task, &StopPolicy::default()).await.expect("stop");
+    assert_eq!(
+        st.state,
+        TaskState::Exited { code: Some(0) },
+        "{}",
+        log(b, &task).await
+    );
+    assert!(st.report.expect("report").iterations > 0);
+    assert!(
+        file(b, &task, CHECKPOINT_FILE).await.is_some(),
+        "a checkpoint"
+    );
+    none_left(h, &s).await;
+}
+
+/// One rank failing while the other runs breaks the task (the runtime then
+/// stops it); the stop takes the rest down.
+pub async fn gang_breaks_when_a_rank_fails(h: &Harness) {
+    let b = &h.backend;
+    let s = gang_spec(h, "gang-break", ranks_script("sleep 1; exit 3"), 1);
+    let task = b.launch(&s).await.expect("launch");
+    let st = wait_exit(b, &task, Duration::from_secs(30)).await;
+    assert_eq!(
+        st.state,
+        TaskState::Broken {
+            rank: 1,
+            code: Some(3)
+        },
+        "{st:?}"
+    );
+    let policy = StopPolicy {
+        signal: Signal::Term,
+        grace: Duration::from_secs(2),
+    };
+    let st = b.stop(&task, &policy).await.expect("stop");
+    assert!(matches!(st.state, TaskState::Exited { .. }), "{st:?}");
+    none_left(h, &s).await;
+}
+
+/// A gang launched by a run killed before it saved the handle is found by
+/// its token, every rank on every node, from a new backend.
+pub async fn gang_found_by_token_on_every_node(h: &Harness) {
+    let first = &h.backend;
+    let s = gang_spec(h, "gang-find", ranks_script("true"), 1);
+    let task = first.launch(&s).await.expect("launch");
+    wait_report(first, &task).await;
+    let second = (h.restart)();
+    let found = second
+        .find(&s.handle(""))
+        .await
+        .expect("find")
+        .expect("the live gang is found by its token");
+    assert_eq!(found.id, task.id, "the same ranks, in rank order");
+    let st = second.status(&found).await.expect("status");
+    assert_eq!(st.state, TaskState::Running);
+    second
+        .stop(&found, &StopPolicy::default())
+        .await
+        .expect("stop");
+    let _ = first.status(&task).await;
+    none_left(h, &s).await;
+}
+
+/// Part of a gang (rank 1 gone while no run watched) cannot train: found by
+/// token, it is stopped, not adopted, and nothing is left.
+pub async fn partial_gang_found_is_stopped(h: &Harness) {
+    let first = &h.backend;
+    let s = gang_spec(h, "gang-partial", ranks_script("exit 0"), 1);
+    let task = first.launch(&s).await.expect("launch");
+    wait_report(first, &task).await;
+    // Rank 1 exits at once; rank 0 reported after it started.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let second = (h.restart)();
+    assert_eq!(second.find(&s.handle("")).await.expect("find"), None);
+    let st = wait_exit(first, &task, Duration::from_secs(15)).await;
+    assert!(matches!(st.state, TaskState::Exited { .. }), "{st:?}");
+    none_left(h, &s).await;
 }

@@ -89,6 +89,9 @@ pub fn specs(setup: &Setup<'_>, round: u64) -> Vec<TaskSpec> {
             seed: i as u64,
             token: format!("bench-{round}-{i}-{}", std::process::id()),
             options: Default::default(),
+            ranks: Default::default(),
+            rendezvous: None,
+            batch_shares: vec![],
         })
         .collect()
 }

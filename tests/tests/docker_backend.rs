@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use hadar_backend::{Backend, BackendError, StopPolicy, TaskState};
 use hadar_backend_docker::{DockerBackend, DockerNode, DockerOptions, Tls};
-use hadar_tests::conformance::{spec, Harness, Target};
+use hadar_tests::conformance::{multi_node_opt_out, spec, Harness, Target};
 
 /// The image the setup imports into every daemon.
 const IMAGE: &str = "hadar-test/trainer:latest";
@@ -95,6 +95,10 @@ fn harness(node: &str) -> Harness {
         },
         unreachable: Some("gone".into()),
         keep: Box::new(dir),
+        peer: None,
+        opt_out: multi_node_opt_out(
+            "the Docker backend runs a task on one node (multi_node: false) for now",
+        ),
     }
 }
 

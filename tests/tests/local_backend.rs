@@ -17,6 +17,9 @@ fn harness(wrap: fn(Arc<dyn Backend>) -> Arc<dyn Backend>) -> Harness {
         target: Target::local("local", dir.path()),
         unreachable: None,
         keep: Box::new(dir),
+        // Nodes are labels here: every rank runs on this machine.
+        peer: Some("local-b".into()),
+        opt_out: vec![],
     }
 }
 

@@ -172,6 +172,8 @@ fn harness() -> Harness {
         },
         unreachable: None,
         keep: Box::new(()),
+        peer: None,
+        opt_out: vec![],
     }
 }
 

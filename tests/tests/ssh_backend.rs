@@ -65,6 +65,8 @@ fn harness(node: &str) -> Harness {
         target: Target::local(node, dir.path()),
         unreachable: Some("gone".into()),
         keep: Box::new(dir),
+        peer: Some(if node == "h2" { "h1" } else { "h2" }.into()),
+        opt_out: vec![],
     }
 }
 

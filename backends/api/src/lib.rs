@@ -19,9 +19,11 @@
 
 pub mod layers;
 pub mod protocol;
+pub mod ranks;
 pub mod registry;
 mod signal;
 mod stop;
+pub mod testing;
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 pub use hadar_core::executor::Capabilities;
 pub use protocol::Report;
+pub use ranks::{Rank, Ranks, Rendezvous};
 pub use signal::{Signal, UnknownSignal};
 pub use stop::{stop_sequence, StopPolicy, KILL_WAIT};
 
@@ -46,8 +49,22 @@ pub const RESERVED_ENV: &[&str] = &[
     "HADAR_CHECKPOINT_DIR",
     "HADAR_SEED",
     "HADAR_TASK_TOKEN",
+    "HADAR_NODE",
+    "HADAR_BATCH_SHARE",
     "CUDA_VISIBLE_DEVICES",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
 ];
+
+/// The log of a task (of its rank 0) in its directory: its standard output
+/// and error, where the protocol's reports are read from.
+pub const LOG_FILE: &str = "task.log";
 
 /// A task's GPUs on one node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +124,14 @@ pub struct TaskSpec {
     /// The job's options for this backend (the jobs file's `[job.NAME]`
     /// table), passed through untouched.
     pub options: toml::Table,
+    /// How the task's processes are laid out: one for the task (protocol
+    /// version 1), or one per GPU or per node ([`ranks`]).
+    pub ranks: Ranks,
+    /// Where rank 0 waits for the others (version 2).
+    pub rendezvous: Option<Rendezvous>,
+    /// Each GPU's share of the global batch, in placement order
+    /// (`HADAR_BATCH_SHARE` of its rank); empty: equal shares.
+    pub batch_shares: Vec<f64>,
 }
 
 impl TaskSpec {
@@ -195,6 +220,17 @@ impl TaskHandle {
     }
 }
 
+/// The path of file `name` in a task's directory: a plain file name (no
+/// separator, not `.` or `..`), so that `fetch` never leaves the directory.
+pub fn task_file(task: &TaskHandle, name: &str) -> Result<PathBuf, BackendError> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(BackendError::Invalid(format!(
+            "{name:?} is not a file name in a task directory"
+        )));
+    }
+    Ok(task.workdir.join(name))
+}
+
 /// Where a task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskState {
@@ -206,12 +242,21 @@ pub enum TaskState {
         /// Exit status, if known.
         code: Option<i32>,
     },
+    /// One rank of a task of several failed (or vanished) while others
+    /// still run: the runtime stops the rest, after their grace, and the
+    /// job resumes from its last checkpoint ([`ranks::gang_state`]).
+    Broken {
+        /// The rank that failed.
+        rank: u32,
+        /// Its exit status, if known.
+        code: Option<i32>,
+    },
 }
 
 /// A task's state and its last report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskStatus {
-    /// Running or exited.
+    /// Running, exited, or broken (a rank failed).
     pub state: TaskState,
     /// The last protocol report it printed.
     pub report: Option<Report>,
@@ -319,6 +364,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// that its next launches can go to the renewed resources. Default: never.
     fn renew_due(&self) -> bool {
         false
+    }
+    /// The address at which the other ranks of a task reach its rank 0 on
+    /// `node` (`MASTER_ADDR`). Default: this machine's loopback, for a
+    /// backend whose nodes are all here.
+    fn rendezvous_addr(&self, _node: &str) -> String {
+        "127.0.0.1".to_string()
     }
     /// Starts a task, its input files in place first; returns once it runs.
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError>;

@@ -405,12 +405,13 @@ fn untar_one(bytes: &[u8], local: &Path) -> std::io::Result<bool> {
 
 /// A file name inside a task's directory, or an error.
 fn check_name(name: &str) -> Result<(), BackendError> {
-    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-        return Err(BackendError::Invalid(format!(
-            "{name:?} is not a file name in a task directory"
-        )));
-    }
-    Ok(())
+    let probe = TaskHandle {
+        id: String::new(),
+        nodes: vec![],
+        workdir: PathBuf::new(),
+        token: String::new(),
+    };
+    hadar_backend::task_file(&probe, name).map(|_| ())
 }
 
 /// What `inspect` says of a container we own.
@@ -1151,6 +1152,9 @@ mod tests {
             seed: 3,
             token: "tok-1".into(),
             options: toml::toml! { image = "trainer:1" },
+            ranks: Default::default(),
+            rendezvous: None,
+            batch_shares: vec![],
         }
     }
 

@@ -1,4 +1,6 @@
-//! The local backend: each task is a process on this machine.
+//! The local backend: each task is a process on this machine, or one
+//! process per rank for a task of the job protocol's version 2 (its nodes
+//! are labels: every rank runs here, and finds rank 0 on 127.0.0.1).
 //!
 //! A task runs in a process group of its own (so that a signal reaches the
 //! processes it starts, and a Ctrl-C aimed at `hadar` does not), with its
@@ -18,17 +20,17 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hadar_backend::protocol::last_report;
+use hadar_backend::protocol::ReportReader;
+use hadar_backend::ranks::{gang_state, join_rank_ids, log_name, rank_ids};
 use hadar_backend::registry::{BackendInputs, Factory};
 use hadar_backend::{
-    stop_sequence, Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec,
+    stop_sequence, Backend, BackendError, Capabilities, Rank, StopPolicy, TaskHandle, TaskSpec,
     TaskState, TaskStatus,
 };
 use nix::sys::signal::{killpg, Signal as NixSignal};
 use nix::unistd::Pid;
 
-/// The task's log, in its directory.
-pub const LOG_FILE: &str = "task.log";
+pub use hadar_backend::LOG_FILE;
 /// How often `stop` looks whether the task has exited.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -50,29 +52,24 @@ fn build(_: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
 pub struct LocalBackend {
     /// Children started here, by pid: their exit codes can be collected.
     children: Mutex<HashMap<u32, std::process::Child>>,
+    /// Where the last read of each task's log stopped.
+    reports: ReportReader,
 }
 
-/// The pid in a handle: a number above 1 (pid 0 and 1 are never ours, and
-/// `kill(-1)` would reach every process).
-fn pid(task: &TaskHandle) -> Result<u32, BackendError> {
-    match task.id.parse::<u32>() {
-        Ok(p) if p > 1 && p <= i32::MAX as u32 => Ok(p),
-        _ => Err(BackendError::Invalid(format!(
-            "task {:?} on {}: not a process id of a task (a corrupt state file?)",
-            task.id,
-            task.node()
-        ))),
-    }
-}
-
-/// A file name inside a task directory: no separators, not `..`.
-fn file_in(task: &TaskHandle, name: &str) -> Result<std::path::PathBuf, BackendError> {
-    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-        return Err(BackendError::Invalid(format!(
-            "{name:?} is not a file name in a task directory"
-        )));
-    }
-    Ok(task.workdir.join(name))
+/// The pids in a handle, rank 0 first: each a number above 1 (pid 0 and 1
+/// are never ours, and `kill(-1)` would reach every process).
+fn pids(task: &TaskHandle) -> Result<Vec<u32>, BackendError> {
+    rank_ids(task)?
+        .into_iter()
+        .map(|(_, id)| match id.parse::<u32>() {
+            Ok(p) if p > 1 && p <= i32::MAX as u32 => Ok(p),
+            _ => Err(BackendError::Invalid(format!(
+                "task {:?} on {}: {id:?} is not a process id of a task (a corrupt state file?)",
+                task.id,
+                task.node()
+            ))),
+        })
+        .collect()
 }
 
 impl LocalBackend {
@@ -81,52 +78,100 @@ impl LocalBackend {
         Self::default()
     }
 
-    /// Whether the task still runs; its exit code when this process started it.
+    /// The task's state from its ranks'.
     fn state(&self, task: &TaskHandle) -> Result<TaskState, BackendError> {
-        let pid = pid(task)?;
+        let states: Vec<TaskState> = pids(task)?
+            .into_iter()
+            .map(|pid| self.pid_state(pid, &task.token))
+            .collect();
+        Ok(gang_state(&states))
+    }
+
+    /// Whether one rank still runs; its exit code when this process started it.
+    fn pid_state(&self, pid: u32, token: &str) -> TaskState {
         let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(child) = children.get_mut(&pid) {
-            return Ok(match child.try_wait() {
+            return match child.try_wait() {
                 Ok(None) => TaskState::Running,
                 Ok(Some(status)) => TaskState::Exited {
                     code: status.code(),
                 },
                 Err(_) => TaskState::Exited { code: None },
-            });
+            };
         }
         // Found again after a restart: ours if the process carries the
         // task's token, alive if it is not a zombie.
-        Ok(if alive(pid) && carries_token(pid, &task.token) {
+        if alive(pid) && carries_token(pid, token) {
             TaskState::Running
         } else {
             TaskState::Exited { code: None }
-        })
+        }
     }
 
     fn read_status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
         let state = self.state(task)?;
         let log = task.workdir.join(LOG_FILE);
-        let text = match std::fs::read(&log) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(BackendError::io(task.node(), &log, e)),
-        };
-        Ok(TaskStatus {
-            state,
-            report: last_report(&text),
-        })
+        let report = self
+            .reports
+            .last(&log)
+            .map_err(|e| BackendError::io(task.node(), &log, e))?;
+        Ok(TaskStatus { state, report })
     }
 
-    /// Signals the task's process group, only while it is ours and runs.
+    /// Signals each rank's process group, only while it is ours and runs.
     fn signal(&self, task: &TaskHandle, signal: i32) -> Result<(), BackendError> {
-        if self.state(task)? != TaskState::Running {
-            return Ok(());
-        }
         let signal = NixSignal::try_from(signal)
             .map_err(|_| BackendError::Invalid(format!("{signal} is not a signal number")))?;
-        // An error means it is already gone.
-        let _ = killpg(Pid::from_raw(pid(task)? as i32), signal);
+        for pid in pids(task)? {
+            if self.pid_state(pid, &task.token) == TaskState::Running {
+                // An error means it is already gone.
+                let _ = killpg(Pid::from_raw(pid as i32), signal);
+            }
+        }
         Ok(())
+    }
+
+    /// Whether any rank still runs.
+    fn any_alive(&self, task: &TaskHandle) -> Result<bool, BackendError> {
+        Ok(pids(task)?
+            .into_iter()
+            .any(|pid| self.pid_state(pid, &task.token) == TaskState::Running))
+    }
+
+    /// Starts one rank, in a process group of its own, its output appended
+    /// to its log.
+    fn spawn(&self, spec: &TaskSpec, rank: &Rank) -> Result<u32, BackendError> {
+        let node = spec.node();
+        let dir = &spec.workdir;
+        let (program, args) = spec.argv.split_first().unwrap_or((&spec.job_name, &[]));
+        let log_path = dir.join(log_name(rank.rank));
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| BackendError::io(node, &log_path, e))?;
+        let err = log
+            .try_clone()
+            .map_err(|e| BackendError::io(node, &log_path, e))?;
+        let mut command = std::process::Command::new(program);
+        command
+            .args(args)
+            .envs(spec.rank_environment(rank))
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err);
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let child = command.spawn().map_err(|e| BackendError::Launch {
+            node: node.to_string(),
+            message: format!("{program}: {e}"),
+        })?;
+        let pid = child.id();
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid, child);
+        Ok(pid)
     }
 }
 
@@ -142,17 +187,43 @@ fn alive(pid: u32) -> bool {
     }
 }
 
-/// The live process that leads the task with `token`: the lowest pid
-/// carrying it (a task's own children inherit its environment, and the
-/// task, their parent, started first; pids wrap, but a task's children
-/// are reaped with it).
-fn find_by_token(token: &str) -> Option<u32> {
+/// The live ranks of the task with `token`, by (rank, node index, pid),
+/// rank 0 first; `None` unless every rank of the task is there. A rank is
+/// the process that leads a group of its own and carries the token (its
+/// children inherit the token but not the group lead); its place comes
+/// from its `RANK` and `GROUP_RANK`, its count from `WORLD_SIZE`.
+fn find_by_token(token: &str) -> Option<Vec<(usize, u32)>> {
     let entries = std::fs::read_dir("/proc").ok()?;
-    entries
+    let mut found: Vec<(u32, usize, u32, u32)> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid > 1 && carries_token(pid, token) && alive(pid))
         .filter(|&pid| leads_group(pid))
-        .min()
+        .map(|pid| {
+            let var = |k: &str| env_var(pid, k).and_then(|v| v.parse::<u32>().ok());
+            let (rank, node, world) = (var("RANK"), var("GROUP_RANK"), var("WORLD_SIZE"));
+            (
+                rank.unwrap_or(0),
+                node.unwrap_or(0) as usize,
+                world.unwrap_or(1),
+                pid,
+            )
+        })
+        .collect();
+    found.sort();
+    found.dedup_by_key(|f| f.0);
+    let world = found.first()?.2;
+    let complete =
+        found.len() == world as usize && found.iter().enumerate().all(|(i, f)| f.0 == i as u32);
+    if !complete {
+        // Part of a gang (a run killed between its ranks' launches, or a
+        // rank died while no run watched): it cannot train; its ranks are
+        // ours, by token, and are killed so that none is left behind.
+        for f in &found {
+            let _ = killpg(Pid::from_raw(f.3 as i32), NixSignal::SIGKILL);
+        }
+        return None;
+    }
+    Some(found.into_iter().map(|f| (f.1, f.3)).collect())
 }
 
 /// Whether `pid` leads its process group (every task does: it is started
@@ -167,11 +238,16 @@ fn leads_group(pid: u32) -> bool {
 
 /// Whether process `pid` has `HADAR_TASK_TOKEN=token` in its environment.
 fn carries_token(pid: u32, token: &str) -> bool {
-    let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return false;
-    };
-    let want = format!("HADAR_TASK_TOKEN={token}");
-    env.split(|&b| b == 0).any(|kv| kv == want.as_bytes())
+    env_var(pid, "HADAR_TASK_TOKEN").is_some_and(|t| t == token)
+}
+
+/// Variable `key` of process `pid`'s environment.
+fn env_var(pid: u32, key: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{key}=");
+    env.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 #[async_trait::async_trait]
@@ -187,22 +263,23 @@ impl Backend for LocalBackend {
             gpu_binding: true,
             suspend: false,
             share_gpus: false,
-            multi_node: false,
+            multi_node: true,
             shared_fs: true,
         }
     }
 
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
         let node = spec.node();
-        let Some((program, args)) = spec.argv.split_first() else {
+        if spec.argv.is_empty() {
             return Err(BackendError::Invalid(format!(
                 "job {}: empty command",
                 spec.job_name
             )));
-        };
-        if spec.placement.len() != 1 {
+        }
+        if spec.placement.len() != 1 && !spec.ranks.spans_nodes() {
             return Err(BackendError::Invalid(format!(
-                "job {}: the local backend runs a task on one node, not {}",
+                "job {}: a task of protocol version 1 runs on one node, not {} (set `ranks` \
+                 in the jobs file to run one process per GPU or per node)",
                 spec.job_name,
                 spec.placement.len()
             )));
@@ -215,34 +292,24 @@ impl Backend for LocalBackend {
                 std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(node, &to, e))?;
             }
         }
-        let log_path = dir.join(LOG_FILE);
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| BackendError::io(node, &log_path, e))?;
-        let err = log
-            .try_clone()
-            .map_err(|e| BackendError::io(node, &log_path, e))?;
-        let mut command = std::process::Command::new(program);
-        command
-            .args(args)
-            .envs(spec.environment())
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err);
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let child = command.spawn().map_err(|e| BackendError::Launch {
-            node: node.to_string(),
-            message: format!("{program}: {e}"),
-        })?;
-        let pid = child.id();
-        self.children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(pid, child);
-        Ok(spec.handle(pid.to_string()))
+        let mut ids: Vec<(usize, String)> = Vec::new();
+        for rank in spec.ranks() {
+            if rank.rank > 0 {
+                hadar_backend::testing::crash_point("rank-launched");
+            }
+            match self.spawn(spec, &rank) {
+                Ok(pid) => ids.push((rank.node, pid.to_string())),
+                Err(e) => {
+                    // No part of a gang is left running.
+                    let started = spec.handle(join_rank_ids(&ids));
+                    if !ids.is_empty() {
+                        self.signal(&started, NixSignal::SIGKILL as i32)?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(spec.handle(join_rank_ids(&ids)))
     }
 
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
@@ -257,7 +324,7 @@ impl Backend for LocalBackend {
         stop_sequence(
             policy,
             POLL,
-            || async { Ok(self.state(task)? == TaskState::Running) },
+            || async { self.any_alive(task) },
             |signal| async move { self.signal(task, signal.number()) },
         )
         .await?;
@@ -270,7 +337,7 @@ impl Backend for LocalBackend {
         name: &str,
         local: &Path,
     ) -> Result<bool, BackendError> {
-        let remote = file_in(task, name)?;
+        let remote = hadar_backend::task_file(task, name)?;
         if !remote.is_file() {
             return Ok(false);
         }
@@ -281,24 +348,33 @@ impl Backend for LocalBackend {
     }
 
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
-        Ok(find_by_token(&task.token).map(|pid| TaskHandle {
-            id: pid.to_string(),
-            ..task.clone()
+        Ok(find_by_token(&task.token).map(|ranks| {
+            let ids: Vec<(usize, String)> =
+                ranks.into_iter().map(|(n, p)| (n, p.to_string())).collect();
+            TaskHandle {
+                id: join_rank_ids(&ids),
+                ..task.clone()
+            }
         }))
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
         self.signal(task, NixSignal::SIGKILL as i32)?;
-        self.children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&pid(task)?);
-        let log = task.workdir.join(LOG_FILE);
-        match std::fs::remove_file(&log) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(BackendError::io(task.node(), &log, e))
-            }
-            _ => Ok(()),
+        let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        for pid in pids(task)? {
+            children.remove(&pid);
         }
+        drop(children);
+        for (rank, _) in rank_ids(task)?.iter().enumerate() {
+            let log = task.workdir.join(log_name(rank as u32));
+            self.reports.forget(&log);
+            match std::fs::remove_file(&log) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(BackendError::io(task.node(), &log, e))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }

@@ -29,7 +29,7 @@ mod orphans;
 mod step_options;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -251,15 +251,7 @@ async fn run(argv: &[String]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// A file name inside a task directory: no separators, not `..`.
-fn file_in(task: &TaskHandle, name: &str) -> Result<PathBuf, BackendError> {
-    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-        return Err(BackendError::Invalid(format!(
-            "{name:?} is not a file name in a task directory"
-        )));
-    }
-    Ok(task.workdir.join(name))
-}
+use hadar_backend::task_file as file_in;
 
 fn step_id(task: &TaskHandle) -> Result<&str, BackendError> {
     if cmd::valid_step_id(&task.id) {

@@ -10,6 +10,10 @@
 //!   the SSH session (it survives a dropped connection), its output in
 //!   `task.log` in its directory; a small wrapper records its exit code in
 //!   `exit_code` there and forwards the stop signal to it.
+//! * A task of the job protocol's version 2 is one such process per rank,
+//!   each on its own host (`rank-R.log`, `exit_code.rank-R`); rank 0's host
+//!   holds the log Hadar reads and the checkpoint. Its ranks are started,
+//!   polled and stopped side by side, found again by token on every host.
 //! * One SSH session per host is kept and reused; a session that fails is
 //!   reopened once before the host counts as unreachable.
 
@@ -21,10 +25,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hadar_backend::protocol::last_report;
+use hadar_backend::ranks::{gang_state, join_rank_ids, log_name, rank_ids};
 use hadar_backend::registry::{BackendInputs, Factory};
 use hadar_backend::{
-    Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec, TaskState, TaskStatus,
-    KILL_WAIT,
+    Backend, BackendError, Capabilities, Rank, StopPolicy, TaskHandle, TaskSpec, TaskState,
+    TaskStatus, KILL_WAIT,
 };
 use hadar_core::error::{Error, Location};
 use ssh2::{CheckResult, KnownHostFileKind, Session};
@@ -64,23 +69,48 @@ fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
     Ok(Arc::new(SshBackend::new(hosts, options)))
 }
 
-/// The pid in a handle: a number above 1 (0 and 1 are never ours, and
-/// `kill -- -1` would reach every process of the user).
-fn pid(task: &TaskHandle) -> Result<u32, BackendError> {
-    match task.id.parse::<u32>() {
-        Ok(p) if p > 1 && p <= i32::MAX as u32 => Ok(p),
-        _ => Err(BackendError::Invalid(format!(
-            "task {:?} on {}: not a process id of a task (a corrupt state file?)",
-            task.id,
-            task.node()
-        ))),
-    }
+/// One process of a task: its rank, its host, its pid there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RankProc {
+    rank: u32,
+    node: String,
+    pid: u32,
 }
 
-/// The task's log, in its directory.
-pub const LOG_FILE: &str = "task.log";
-/// Where the wrapper writes the task's exit code.
+/// The processes of a handle, rank 0 first: each pid a number above 1 (0
+/// and 1 are never ours, and `kill -- -1` would reach every process of the
+/// user).
+fn procs(task: &TaskHandle) -> Result<Vec<RankProc>, BackendError> {
+    rank_ids(task)?
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (node, id))| match id.parse::<u32>() {
+            Ok(p) if p > 1 && p <= i32::MAX as u32 => Ok(RankProc {
+                rank: rank as u32,
+                node: task.nodes[node].clone(),
+                pid: p,
+            }),
+            _ => Err(BackendError::Invalid(format!(
+                "task {:?} on {}: {id:?} is not a process id of a task (a corrupt state file?)",
+                task.id,
+                task.node()
+            ))),
+        })
+        .collect()
+}
+
+pub use hadar_backend::LOG_FILE;
+/// Where the wrapper writes the task's (its rank 0's) exit code.
 pub const EXIT_FILE: &str = "exit_code";
+
+/// Where the wrapper of rank `rank` writes its exit code.
+fn exit_file(rank: u32) -> String {
+    if rank == 0 {
+        EXIT_FILE.to_string()
+    } else {
+        format!("{EXIT_FILE}.rank-{rank}")
+    }
+}
 /// Sessions kept open to one host at most (sshd's default `MaxStartups`
 /// begins refusing at 10 unauthenticated connections).
 const SESSIONS_PER_HOST: usize = 4;
@@ -88,17 +118,22 @@ const SESSIONS_PER_HOST: usize = 4;
 const LOG_TAIL_BYTES: usize = 64 * 1024;
 
 /// Runs the task (`"$@"`) in the background, forwards TERM and INT to it, and
-/// writes its exit status to `exit_code` once it has really exited.
+/// writes its exit status to `exit_file` (a plain file name) once it has
+/// really exited.
 ///
 /// A `wait` cut short by the trap returns 128 + the signal; the shell may
 /// already have reaped the task then, so one more `wait` fetches its real
 /// status (127 means there is none left to fetch).
-const WRAPPER: &str = r#""$@" & c=$!
+fn wrapper(exit_file: &str) -> String {
+    format!(
+        r#""$@" & c=$!
 trap 'kill -TERM "$c" 2>/dev/null' TERM
 trap 'kill -INT "$c" 2>/dev/null' INT
 while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || break; done
 wait "$c" 2>/dev/null; t=$?; [ "$t" -ne 127 ] && s=$t
-echo "$s" > exit_code"#;
+echo "$s" > {exit_file}"#
+    )
+}
 
 /// One host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,29 +215,33 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-/// `s` quoted for a POSIX shell.
-/// The shell command that starts a task, idempotent: the first run of it
-/// makes a marker directory named for the task's token (mkdir is atomic)
-/// and starts the task; a second run (the command sent again after its
-/// answer was lost) finds the marker and prints the same pid, starting
-/// nothing. A program that is not there fails at once, with status 127.
-fn launch_command(dir: &str, program: &str, words: &str, token: &str) -> String {
+/// The shell command that starts one rank of a task, idempotent: the
+/// first run of it makes a marker directory named for the task's token and
+/// the rank (mkdir is atomic) and starts the rank; a second run (the
+/// command sent again after its answer was lost) finds the marker and
+/// prints the same pid, starting nothing. A program that is not there
+/// fails at once, with status 127.
+fn launch_command(dir: &str, program: &str, words: &str, token: &str, rank: u32) -> String {
     // FNV-1a: a stable, filename-safe name for any token.
-    let hash = token.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    let hash = format!("{token}/{rank}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
     let marker = format!(".hadar-launch-{hash:016x}");
+    let (log, exit) = (log_name(rank), exit_file(rank));
     format!(
         "mkdir -p {dir} && cd {dir} && if mkdir {marker} 2>/dev/null; then \
-         rm -f {EXIT_FILE} && \
+         rm -f {exit} && \
          {{ command -v {program} >/dev/null 2>&1 || \
          {{ rmdir {marker}; echo \"no such program\"; exit 127; }}; }} && \
-         {{ {words} >> {LOG_FILE} 2>&1 < /dev/null & echo $! > {marker}/pid; cat {marker}/pid; }}; \
+         {{ {words} >> {log} 2>&1 < /dev/null & echo $! > {marker}/pid; cat {marker}/pid; }}; \
          else i=0; while [ ! -s {marker}/pid ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; \
          cat {marker}/pid; fi"
     )
 }
 
+/// `s` quoted for a POSIX shell.
 fn q(s: &str) -> Result<String, BackendError> {
     shlex::try_quote(s)
         .map(|c| c.into_owned())
@@ -427,44 +466,82 @@ impl Inner {
         Ok(())
     }
 
-    /// A shell snippet that prints the task's state, then the end of its log.
-    fn status_script(task: &TaskHandle) -> Result<String, BackendError> {
+    /// A shell snippet that prints one rank's state, then (rank 0) the end
+    /// of the task's log.
+    fn status_script(task: &TaskHandle, p: &RankProc) -> Result<String, BackendError> {
         let dir = q(&task.workdir.display().to_string())?;
+        let exit = exit_file(p.rank);
+        let tail = if p.rank == 0 {
+            format!("tail -c {LOG_TAIL_BYTES} {LOG_FILE} 2>/dev/null")
+        } else {
+            "true".to_string()
+        };
         Ok(format!(
-            "cd {dir} 2>/dev/null; if [ -f {EXIT_FILE} ]; then echo \"exit $(cat {EXIT_FILE})\"; \
-             elif {}; then echo running; else echo gone; fi; \
-             tail -c {LOG_TAIL_BYTES} {LOG_FILE} 2>/dev/null",
-            ours_and_alive(task)?
+            "cd {dir} 2>/dev/null; if [ -f {exit} ]; then echo \"exit $(cat {exit})\"; \
+             elif {}; then echo running; else echo gone; fi; {tail}",
+            ours_and_alive(p.pid, &task.token)?
         ))
     }
 
-    fn exec_blocking_status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
-        let (_, out) = self.exec(task.node(), &Self::status_script(task)?)?;
+    fn exec_blocking_status(
+        &self,
+        task: &TaskHandle,
+        p: &RankProc,
+    ) -> Result<TaskStatus, BackendError> {
+        let (_, out) = self.exec(&p.node, &Self::status_script(task, p)?)?;
         Ok(parse_status(&out))
     }
 
-    /// The whole stop sequence in one round trip: the signal, a wait of up
-    /// to `grace` for the task's process group to empty, SIGKILL if it has
-    /// not, a short wait, then the status.
+    /// The whole stop sequence of one rank in one round trip: the signal, a
+    /// wait of up to `grace` for its process group to empty, SIGKILL if it
+    /// has not, a short wait, then the status.
     fn stop_blocking(
         &self,
         task: &TaskHandle,
+        p: &RankProc,
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError> {
-        let pid = pid(task)?;
+        let pid = p.pid;
         let sig = policy.signal.name();
         let steps = (policy.grace.as_millis() / 50).max(1);
         let dir = q(&task.workdir.display().to_string())?;
-        let running = format!("[ ! -f {dir}/{EXIT_FILE} ] && {}", ours_and_alive(task)?);
+        let running = format!(
+            "[ ! -f {dir}/{} ] && {}",
+            exit_file(p.rank),
+            ours_and_alive(pid, &task.token)?
+        );
         let cmd = format!(
             "kill -{sig} -- -{pid} 2>/dev/null; n=0; \
              while {running} && [ $n -lt {steps} ]; do sleep 0.05; n=$((n+1)); done; \
              if {running}; then kill -KILL -- -{pid} 2>/dev/null; m=0; \
              while {running} && [ $m -lt 100 ]; do sleep 0.05; m=$((m+1)); done; fi; {}",
-            Self::status_script(task)?
+            Self::status_script(task, p)?
         );
-        let (_, out) = self.exec_for(task.node(), &cmd, policy.grace + KILL_WAIT)?;
+        let (_, out) = self.exec_for(&p.node, &cmd, policy.grace + KILL_WAIT)?;
         Ok(parse_status(&out))
+    }
+
+    /// Kills one rank's process group, if it is ours and alive.
+    fn kill_blocking(&self, task: &TaskHandle, p: &RankProc) -> Result<(), BackendError> {
+        let cmd = format!(
+            "if {}; then kill -KILL -- -{} 2>/dev/null; fi; true",
+            ours_and_alive(p.pid, &task.token)?,
+            p.pid,
+        );
+        self.exec(&p.node, &cmd).map(|_| ())
+    }
+
+    /// Kills one rank (if it is ours and alive) and removes its log and
+    /// exit file.
+    fn cleanup_blocking(&self, task: &TaskHandle, p: &RankProc) -> Result<(), BackendError> {
+        self.kill_blocking(task, p)?;
+        let dir = q(&task.workdir.display().to_string())?;
+        let cmd = format!(
+            "rm -f {dir}/{} {dir}/{}; true",
+            log_name(p.rank),
+            exit_file(p.rank)
+        );
+        self.exec(&p.node, &cmd).map(|_| ())
     }
 }
 
@@ -483,26 +560,61 @@ fn io_error(node: &str, path: &Path, source: std::io::Error) -> BackendError {
 /// nobody has reaped yet (zombies: where the host's init does not reap,
 /// they stay) do not count. A pid reused by another process fails the
 /// token test, so nothing is ever signalled that is not ours.
-fn ours_and_alive(task: &TaskHandle) -> Result<String, BackendError> {
-    let pid = pid(task)?;
-    let token = q(&format!("HADAR_TASK_TOKEN={}", task.token))?;
+fn ours_and_alive(pid: u32, token: &str) -> Result<String, BackendError> {
+    let token = q(&format!("HADAR_TASK_TOKEN={token}"))?;
     Ok(format!(
         "{{ tr '\\0' '\\n' < /proc/{pid}/environ 2>/dev/null | grep -qxF -- {token}; }} && \
          ps -o stat= -s {pid} 2>/dev/null | grep -q '^[^Z]'"
     ))
 }
 
-/// A shell command that prints the pid of the live session leader (every
-/// task is one: `setsid`) whose environment carries `token`: one `grep`
+/// A shell command that prints, a line each, `PID RANK WORLD GROUP` of the
+/// live session leaders (every rank is one: `setsid`) whose environment
+/// carries `token` (the last three empty for a version-1 task): one `grep`
 /// over every process's environment, then a check of each match.
 fn find_script(token: &str) -> Result<String, BackendError> {
     let token = q(&format!("HADAR_TASK_TOKEN={token}"))?;
+    let var = |k: &str| format!("$(tr '\\0' '\\n' < $f | sed -n 's/^{k}=//p')");
     Ok(format!(
         "for f in $(grep -lzxF -- {token} /proc/[0-9]*/environ 2>/dev/null); do \
          p=${{f#/proc/}}; p=${{p%/environ}}; \
          [ \"$(ps -o sid= -p \"$p\" 2>/dev/null | tr -d ' ')\" = \"$p\" ] && \
-         ps -o stat= -p \"$p\" 2>/dev/null | grep -q '^[^Z]' && echo \"$p\"; done; true"
+         ps -o stat= -p \"$p\" 2>/dev/null | grep -q '^[^Z]' && \
+         echo \"$p {} {} {}\"; done; true",
+        var("RANK"),
+        var("WORLD_SIZE"),
+        var("GROUP_RANK")
     ))
+}
+
+/// One rank [`find_script`] printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Found {
+    rank: u32,
+    world: u32,
+    /// Its node's index in the task's placement (`GROUP_RANK`).
+    node: usize,
+    pid: u32,
+}
+
+/// The ranks [`find_script`] printed. A rank's node is its `GROUP_RANK`,
+/// not the host that answered: hosts that share a process table (network
+/// namespaces of one machine) each list every rank.
+fn parse_found(out: &str) -> Vec<Found> {
+    out.lines()
+        .filter_map(|line| {
+            let mut w = line.split_whitespace();
+            let pid = w.next()?.parse::<u32>().ok().filter(|&p| p > 1)?;
+            let mut num = || w.next().map_or(Some(0), |r| r.parse::<u32>().ok());
+            let (rank, world, node) = (num()?, num()?.max(1), num()?);
+            Some(Found {
+                rank,
+                world,
+                node: node as usize,
+                pid,
+            })
+        })
+        .collect()
 }
 
 /// Reads what [`Inner::status_script`] printed.
@@ -520,6 +632,87 @@ fn parse_status(out: &str) -> TaskStatus {
     }
 }
 
+impl SshBackend {
+    /// Starts one rank on its host; its pid.
+    async fn launch_rank(&self, spec: &TaskSpec, rank: &Rank) -> Result<u32, BackendError> {
+        let node = spec.placement[rank.node].node.clone();
+        let dir = q(&spec.workdir.display().to_string())?;
+        let mut words = vec!["env".to_string()];
+        for (k, v) in spec.rank_environment(rank) {
+            words.push(q(&format!("{k}={v}"))?);
+        }
+        words.extend([
+            "setsid".into(),
+            "sh".into(),
+            "-c".into(),
+            q(&wrapper(&exit_file(rank.rank)))?,
+            "hadar-task".into(),
+        ]);
+        for a in &spec.argv {
+            words.push(q(a)?);
+        }
+        // A program that is not there fails here, at once, with status 127.
+        let program = q(&spec.argv[0])?;
+        let cmd = launch_command(&dir, &program, &words.join(" "), &spec.token, rank.rank);
+        let on = node.clone();
+        let (code, out) = self.run(move |b| b.exec(&on, &cmd)).await?;
+        if code == 127 {
+            return Err(BackendError::Launch {
+                node,
+                message: format!("{}: {}", spec.argv[0], out.trim()),
+            });
+        }
+        out.trim().parse().map_err(|_| BackendError::Launch {
+            node,
+            message: format!(
+                "the launch printed {:?} (status {code}), not a pid",
+                out.trim()
+            ),
+        })
+    }
+
+    /// Runs `f` for every rank of `task` side by side; results rank by rank.
+    async fn each_rank<T: Send + 'static>(
+        &self,
+        task: &TaskHandle,
+        f: impl Fn(&Inner, &TaskHandle, &RankProc) -> Result<T, BackendError>
+            + Send
+            + Sync
+            + Copy
+            + 'static,
+    ) -> Result<Vec<T>, BackendError> {
+        let calls = procs(task)?.into_iter().map(|p| {
+            let task = task.clone();
+            self.run(move |b| f(b, &task, &p))
+        });
+        futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// Kills what was started of a gang whose launch failed half-way.
+    async fn kill_started(&self, spec: &TaskSpec, ids: &[(usize, String)]) {
+        if ids.is_empty() {
+            return;
+        }
+        let handle = spec.handle(join_rank_ids(ids));
+        if let Err(e) = self.each_rank(&handle, Inner::kill_blocking).await {
+            tracing::warn!("job {}: killing its started ranks: {e}", spec.job_name);
+        }
+    }
+}
+
+/// A gang's status from its ranks' (rank 0 first): their combined state,
+/// rank 0's report.
+fn gang_status(ranks: Vec<TaskStatus>) -> TaskStatus {
+    let states: Vec<TaskState> = ranks.iter().map(|s| s.state).collect();
+    TaskStatus {
+        state: gang_state(&states),
+        report: ranks.into_iter().next().and_then(|s| s.report),
+    }
+}
+
 #[async_trait::async_trait]
 impl Backend for SshBackend {
     fn name(&self) -> &str {
@@ -533,9 +726,16 @@ impl Backend for SshBackend {
             gpu_binding: true,
             suspend: false,
             share_gpus: false,
-            multi_node: false,
+            multi_node: true,
             shared_fs: false,
         }
+    }
+
+    fn rendezvous_addr(&self, node: &str) -> String {
+        self.inner
+            .hosts
+            .get(node)
+            .map_or_else(|| "127.0.0.1".to_string(), |h| h.address.clone())
     }
 
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
@@ -545,62 +745,48 @@ impl Backend for SshBackend {
                 spec.job_name
             )));
         }
-        if spec.placement.len() != 1 {
+        if spec.placement.len() != 1 && !spec.ranks.spans_nodes() {
             return Err(BackendError::Invalid(format!(
-                "job {}: the SSH backend runs a task on one host, not {}",
+                "job {}: a task of protocol version 1 runs on one host, not {} (set `ranks` \
+                 in the jobs file to run one process per GPU or per node)",
                 spec.job_name,
                 spec.placement.len()
             )));
         }
-        // Input files first (the checkpoint to resume from).
-        for f in &spec.inputs {
-            let (node, local, remote) = (
-                spec.node().to_string(),
-                f.local.clone(),
-                spec.workdir.join(&f.name),
-            );
-            self.run(move |b| b.put_blocking(&node, &local, &remote))
-                .await?;
+        // Input files first (the checkpoint to resume from), on every host:
+        // each rank sees the same files.
+        for p in &spec.placement {
+            for f in &spec.inputs {
+                let (node, local, remote) =
+                    (p.node.clone(), f.local.clone(), spec.workdir.join(&f.name));
+                self.run(move |b| b.put_blocking(&node, &local, &remote))
+                    .await?;
+            }
         }
-        let dir = q(&spec.workdir.display().to_string())?;
-        let mut words = vec!["env".to_string()];
-        for (k, v) in spec.environment() {
-            words.push(q(&format!("{k}={v}"))?);
+        let ranks = spec.ranks();
+        let launched =
+            futures_util::future::join_all(ranks.iter().map(|r| self.launch_rank(spec, r))).await;
+        let mut ids = Vec::new();
+        let mut failed = None;
+        for (rank, res) in ranks.iter().zip(launched) {
+            match res {
+                Ok(pid) => ids.push((rank.node, pid.to_string())),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
         }
-        words.extend([
-            "setsid".into(),
-            "sh".into(),
-            "-c".into(),
-            q(WRAPPER)?,
-            "hadar-task".into(),
-        ]);
-        for a in &spec.argv {
-            words.push(q(a)?);
+        if let Some(e) = failed {
+            // No part of a gang is left running.
+            self.kill_started(spec, &ids).await;
+            return Err(e);
         }
-        // A program that is not there fails here, at once, with status 127.
-        let program = q(&spec.argv[0])?;
-        let cmd = launch_command(&dir, &program, &words.join(" "), &spec.token);
-        let node = spec.node().to_string();
-        let (code, out) = self.run(move |b| b.exec(&node, &cmd)).await?;
-        if code == 127 {
-            return Err(BackendError::Launch {
-                node: spec.node().to_string(),
-                message: format!("{}: {}", spec.argv[0], out.trim()),
-            });
-        }
-        let pid: u32 = out.trim().parse().map_err(|_| BackendError::Launch {
-            node: spec.node().to_string(),
-            message: format!(
-                "the launch printed {:?} (status {code}), not a pid",
-                out.trim()
-            ),
-        })?;
-        Ok(spec.handle(pid.to_string()))
+        Ok(spec.handle(join_rank_ids(&ids)))
     }
 
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
-        let task = task.clone();
-        self.run(move |b| b.exec_blocking_status(&task)).await
+        let ranks = self.each_rank(task, Inner::exec_blocking_status).await?;
+        Ok(gang_status(ranks))
     }
 
     async fn stop(
@@ -608,9 +794,16 @@ impl Backend for SshBackend {
         task: &TaskHandle,
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError> {
-        let task = task.clone();
         let policy = *policy;
-        self.run(move |b| b.stop_blocking(&task, &policy)).await
+        let calls = procs(task)?.into_iter().map(|p| {
+            let task = task.clone();
+            self.run(move |b| b.stop_blocking(&task, &p, &policy))
+        });
+        let ranks = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(gang_status(ranks))
     }
 
     async fn fetch(
@@ -619,42 +812,53 @@ impl Backend for SshBackend {
         name: &str,
         local: &Path,
     ) -> Result<bool, BackendError> {
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(BackendError::Invalid(format!(
-                "{name:?} is not a file name in a task directory"
-            )));
-        }
-        let (node, remote, local) = (
-            task.node().to_string(),
-            task.workdir.join(name),
-            local.to_path_buf(),
-        );
+        let remote = hadar_backend::task_file(task, name)?;
+        let (node, local) = (task.node().to_string(), local.to_path_buf());
         self.run(move |b| b.fetch_blocking(&node, &remote, &local))
             .await
     }
 
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
         let cmd = find_script(&task.token)?;
-        let node = task.node().to_string();
-        let (_, out) = self.run(move |b| b.exec(&node, &cmd)).await?;
-        Ok(out
-            .split_whitespace()
-            .filter_map(|w| w.parse::<u32>().ok())
-            .find(|&p| p > 1)
-            .map(|pid| TaskHandle {
-                id: pid.to_string(),
-                ..task.clone()
-            }))
+        let mut found: Vec<Found> = Vec::new();
+        for node in &task.nodes {
+            let (on, cmd) = (node.clone(), cmd.clone());
+            let (_, out) = self.run(move |b| b.exec(&on, &cmd)).await?;
+            found.extend(
+                parse_found(&out)
+                    .into_iter()
+                    .filter(|f| f.node < task.nodes.len()),
+            );
+        }
+        found.sort();
+        found.dedup_by_key(|f| f.rank);
+        let Some(world) = found.first().map(|f| f.world) else {
+            return Ok(None);
+        };
+        let complete = found.len() == world as usize
+            && found.iter().enumerate().all(|(i, f)| f.rank == i as u32);
+        let handle = TaskHandle {
+            id: join_rank_ids(
+                &found
+                    .iter()
+                    .map(|f| (f.node, f.pid.to_string()))
+                    .collect::<Vec<_>>(),
+            ),
+            ..task.clone()
+        };
+        if !complete {
+            // Part of a gang (a run killed between its ranks' launches, or a
+            // rank died while no run watched): it cannot train; its ranks
+            // are ours, by token, and are killed so that none is left.
+            self.each_rank(&handle, Inner::kill_blocking).await?;
+            return Ok(None);
+        }
+        Ok(Some(handle))
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
-        let dir = q(&task.workdir.display().to_string())?;
-        let cmd = format!(
-            "if {}; then kill -KILL -- -{} 2>/dev/null; fi; rm -f {dir}/{LOG_FILE} {dir}/{EXIT_FILE}; true",
-            ours_and_alive(task)?,
-            pid(task)?
-        );
-        let node = task.node().to_string();
-        self.run(move |b| b.exec(&node, &cmd)).await.map(|_| ())
+        self.each_rank(task, Inner::cleanup_blocking)
+            .await
+            .map(|_| ())
     }
 }

@@ -520,11 +520,30 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             })
         })
         .collect();
+    let tasks: Vec<serde_json::Value> = state
+        .running
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "job": state.job_names.get(r.job as usize),
+                "copy": r.copy,
+                "nodes": r.handle.nodes,
+                "gpus": r.gpus.iter().enumerate().map(|(i, (node, gpu))| serde_json::json!({
+                    "node": node,
+                    "gpu": gpu,
+                    "type": r.gpu_types.get(i),
+                })).collect::<Vec<_>>(),
+                "id": r.handle.id,
+                "iterations": r.iterations,
+            })
+        })
+        .collect();
     if args.json {
         let text = serde_json::to_string_pretty(&serde_json::json!({
             "round": round,
             "finished": state.finished,
             "jobs": jobs,
+            "tasks": tasks,
             "rates": state.rates,
         }))
         .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
@@ -562,8 +581,32 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         if state.finished { " (finished)" } else { "" }
     );
     print!("{}", t.render());
+    print_tasks(&state);
     print_rates(&state.rates);
     Ok(())
+}
+
+/// The tasks running as of the last save: each one's GPUs, node by node
+/// (a task of ranks runs one process per GPU or node on each).
+fn print_tasks(state: &hadar_runtime::RunState) {
+    if state.running.is_empty() {
+        return;
+    }
+    let mut t = Table::new(["job", "copy", "iterations", "where (node type#gpu)"]).left_columns(1);
+    for r in &state.running {
+        let name = state
+            .job_names
+            .get(r.job as usize)
+            .map_or("?", String::as_str);
+        t.row([
+            escape(name),
+            r.copy.to_string(),
+            r.iterations.to_string(),
+            escape(&r.placement()),
+        ]);
+    }
+    println!("\ntasks running:");
+    print!("{}", t.render());
 }
 
 /// The rates the run plans with, a row per job and a column per GPU type:

@@ -108,6 +108,13 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "min", value_parser = ["min", "mean"])]
     pub mixed_rate: String,
 
+    /// The share of the trace's jobs (0 to 1, spread evenly over the ids)
+    /// that declare uneven batch shares (a jobs file's `uneven_batches`): a
+    /// gang of theirs spread over GPU types runs at the sum of its workers'
+    /// paces instead of the slowest one's. Jobs files say it per job.
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION", value_parser = fraction)]
+    pub uneven_batches: f64,
+
     /// HadarE: how much a forked job's copies progress. `noise-scale`: k
     /// copies averaged every round make rho*S(k) copies' worth, S(k) = k
     /// (Bn + B) / (Bn + k B) from the job's batch B and gradient noise scale
@@ -391,6 +398,11 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             args.gpus_per_node,
         )?,
     };
+    let workload = if args.uneven_batches > 0.0 {
+        Arc::new(workload.with_uneven_batches(args.uneven_batches)?)
+    } else {
+        workload
+    };
     let settings = SimSettings {
         round_s: args.round_seconds,
         window: args.window,
@@ -430,6 +442,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
         throughputs: args.throughputs.clone(),
         cluster: args.cluster.clone(),
         gpus_per_node: args.gpus_per_node,
+        uneven_batches: args.uneven_batches,
     };
     let experiment = Experiment::new(workload.clone(), settings)?;
     let results = run_policies(&experiment, &kinds, !args.json)?;
@@ -555,6 +568,16 @@ fn write_outputs(dir: &Path, results: &[RunResult], summary_json: &str) -> Resul
     std::fs::write(&path, summary_json).map_err(|e| CliError::output(path.display(), e))?;
     plots::write_plots(dir, results)?;
     Ok(())
+}
+
+/// A fraction from 0 to 1.
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!(
+            "`{s}`: expected a fraction from 0 to 1 (0.5: half the jobs)"
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,8 @@ pub struct Inputs {
     pub cluster: String,
     /// GPUs per node of a `TYPE=COUNT` cluster.
     pub gpus_per_node: u32,
+    /// The share of jobs declaring uneven batch shares (`--uneven-batches`).
+    pub uneven_batches: f64,
 }
 
 #[derive(Serialize)]

@@ -5,11 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// A live task of a run: its pid, (job, copy) and network namespace (the
-/// SSH test hosts are namespaces of this machine), from /proc.
+/// A live task of a run: its pid, (job, copy, rank) and network namespace
+/// (the SSH test hosts are namespaces of this machine), from /proc. The
+/// rank is empty for a task of one process (job protocol version 1).
 pub struct Task {
     pub pid: u32,
-    pub key: (String, String),
+    pub key: (String, String, String),
     pub stopped: bool,
     pub net: u64,
     pub group: u32,
@@ -76,7 +77,7 @@ pub fn tasks_of(root: &Path) -> Vec<Task> {
         }
         out.push(Task {
             pid,
-            key: (get("HADAR_JOB_ID"), get("HADAR_COPY")),
+            key: (get("HADAR_JOB_ID"), get("HADAR_COPY"), get("RANK")),
             stopped: state_letter == 'T',
             net: net_of(pid),
             group,
@@ -96,8 +97,14 @@ pub fn signal(pid: u32, sig: &str) {
 
 /// The example's jobs with the trainer this build made.
 pub fn jobs_file(dir: &Path, trainer: &Path) -> PathBuf {
+    example_jobs(dir, trainer, "examples/local/jobs.toml")
+}
+
+/// The jobs file `example` (from the repository's root) with the trainer
+/// this build made.
+pub fn example_jobs(dir: &Path, trainer: &Path, example: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let text = std::fs::read_to_string(root.join("examples/local/jobs.toml")).expect("example");
+    let text = std::fs::read_to_string(root.join(example)).expect("example");
     let text = text.replace(
         "\"../../target/release/hadar-trainer\"",
         &format!("\"{}\"", trainer.display()),

@@ -126,11 +126,14 @@ fn internal(policy: &str, message: String) -> Error {
 /// given (where the job's gang is the task's size), else dropped. Policies
 /// weigh GPU types, not hosts: a gang dropped as planned would be planned
 /// the same way, and dropped, every round (a job stalled on Slurm with
-/// two free V100s on one node). Returns the jobs dropped.
+/// two free V100s on one node). With `multi_node`, only the tasks of jobs
+/// that may not span nodes (one process per task) are moved. Returns the
+/// jobs dropped.
 pub(super) fn place_on_one_node(
     workload: &Workload,
     gone: &[String],
     plan: &mut RoundPlan,
+    multi_node: bool,
 ) -> Vec<JobId> {
     let cluster = workload.cluster();
     let node_of = |g: GpuId| cluster.gpu(g).node;
@@ -138,7 +141,8 @@ pub(super) fn place_on_one_node(
     let mut used: HashSet<GpuId> = plan.tasks.iter().flat_map(|t| t.gpus.clone()).collect();
     let mut dropped = Vec::new();
     for t in &mut plan.tasks {
-        if t.gpus.is_empty() || !spans(&t.gpus) {
+        let may_span = multi_node && workload.jobs()[t.job.index()].placement.span_nodes;
+        if t.gpus.is_empty() || may_span || !spans(&t.gpus) {
             continue;
         }
         let n = t.gpus.len();

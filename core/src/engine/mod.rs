@@ -290,9 +290,9 @@ pub async fn run_rounds(
             tasks: decision.tasks,
         };
         view.to_full(&mut plan.tasks);
-        if !caps.multi_node {
-            check::place_on_one_node(workload, &st.gone, &mut plan);
-        }
+        // A task that spans nodes runs only on an executor that can run
+        // one so, and only for a job whose task is a process per rank.
+        check::place_on_one_node(workload, &st.gone, &mut plan, caps.multi_node);
         let partners = check::check_plan(workload, &plan, caps.share_gpus, view.scheduler.name())?;
         if let (Some(k), Some(ks)) = (know.as_mut(), st.knowledge.as_ref()) {
             k.mark(&plan, &partners, &ks.model, workload);
@@ -670,17 +670,17 @@ mod tests {
         };
         // GPU 1 on n0 and 2 on n1: n1 has 2 and 3 free.
         let mut p = plan(vec![task(0, &[1, 2]), task(1, &[0])]);
-        assert!(check::place_on_one_node(&w, &[], &mut p).is_empty());
+        assert!(check::place_on_one_node(&w, &[], &mut p, false).is_empty());
         assert_eq!(p.tasks[0].gpus, vec![GpuId(2), GpuId(3)]);
         assert_eq!(p.tasks[1].gpus, vec![GpuId(0)], "others untouched");
         // A v100 and the k80 (two types): onto a node of two v100s.
         let mut p = plan(vec![task(0, &[0, 4])]);
-        check::place_on_one_node(&w, &[], &mut p);
+        check::place_on_one_node(&w, &[], &mut p, false);
         assert_eq!(p.tasks[0].gpus, vec![GpuId(0), GpuId(1)]);
         // No node with room (n0 half taken, n1 lost): dropped.
         let mut p = plan(vec![task(0, &[1, 2]), task(1, &[0])]);
         assert_eq!(
-            check::place_on_one_node(&w, &["n1".to_string()], &mut p),
+            check::place_on_one_node(&w, &["n1".to_string()], &mut p, false),
             vec![JobId(0)]
         );
         assert_eq!(p.tasks.len(), 1);

@@ -21,7 +21,12 @@ fn shape(ty: &str, gang: u32) -> Shape {
 fn job(id: usize, name: &str, steps: u64, shapes: Vec<Shape>) -> Job {
     let mut j = Job::single_gpu(id, name, steps);
     j.scale_factor = shapes.first().map_or(1, |s| s.gang);
-    j.placement = Placement { shapes, fork: true };
+    j.placement = Placement {
+        shapes,
+        fork: true,
+        span_nodes: true,
+        uneven_batches: false,
+    };
     j
 }
 

@@ -188,13 +188,28 @@ impl Mlp {
 
     /// One minibatch step of SGD (examples drawn with replacement).
     pub fn sgd_step(&mut self, data: &MlpData, batch: usize, lr: f32, rng: &mut ChaCha8Rng) {
+        let grad = self.gradient(data, batch, rng);
+        self.apply(&grad, batch as u64, lr);
+    }
+
+    /// The sum of the gradients of `batch` training examples drawn with
+    /// replacement. A sum, not a mean, so that ranks can add theirs before
+    /// one division by the samples of all (see [`Mlp::apply`]).
+    pub fn gradient(&self, data: &MlpData, batch: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
         let mut grad = vec![0.0f32; PARAMS];
         for _ in 0..batch {
             let i = rng.random_range(0..data.train_len());
             self.add_train_gradient(data, i, &mut grad);
         }
-        let scale = lr / batch as f32;
-        for (w, g) in self.params.iter_mut().zip(&grad) {
+        grad
+    }
+
+    /// One SGD update with the mean gradient `grad_sum / samples` (one
+    /// multiplication by `lr / samples`, as the trainer always did, so that
+    /// a one-process run is unchanged), and one more step.
+    pub fn apply(&mut self, grad_sum: &[f32], samples: u64, lr: f32) {
+        let scale = lr / samples as f32;
+        for (w, g) in self.params.iter_mut().zip(grad_sum) {
             *w -= scale * g;
         }
         self.step += 1;

@@ -12,6 +12,8 @@ use safetensors::{Dtype, SafeTensors};
 pub const CLASSES: usize = 4;
 /// Features.
 pub const FEATURES: usize = 16;
+/// Parameters in all: the weight, then the bias.
+pub const PARAMS: usize = CLASSES * FEATURES + CLASSES;
 const TRAIN: usize = 4000;
 const TEST: usize = 1000;
 /// The dataset's seed: the same data for every run and every copy.
@@ -97,8 +99,17 @@ impl Model {
 
     /// One minibatch step of SGD on the cross-entropy loss.
     pub fn sgd_step(&mut self, data: &Dataset, batch: usize, lr: f32, rng: &mut ChaCha8Rng) {
-        let mut gw = vec![0.0f32; CLASSES * FEATURES];
-        let mut gb = [0.0f32; CLASSES];
+        let grad = self.gradient(data, batch, rng);
+        self.apply(&grad, batch as u64, lr);
+    }
+
+    /// The sum of the cross-entropy gradients of `batch` training examples
+    /// drawn with replacement, in [`Model::params`] order. A sum, not a
+    /// mean, so that ranks can add theirs before one division by the
+    /// samples of all (see [`Model::apply`]).
+    pub fn gradient(&self, data: &Dataset, batch: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+        let mut grad = vec![0.0f32; PARAMS];
+        let (gw, gb) = grad.split_at_mut(CLASSES * FEATURES);
         for _ in 0..batch {
             let i = rng.random_range(0..data.y.len());
             let x = &data.x[i * FEATURES..(i + 1) * FEATURES];
@@ -111,14 +122,41 @@ impl Model {
                 }
             }
         }
-        let scale = lr / batch as f32;
-        for (w, g) in self.w.iter_mut().zip(&gw) {
+        grad
+    }
+
+    /// One SGD update with the mean gradient `grad_sum / samples` (one
+    /// multiplication by `lr / samples`, as the trainer always did, so that
+    /// a one-process run is unchanged), and one more step.
+    pub fn apply(&mut self, grad_sum: &[f32], samples: u64, lr: f32) {
+        let scale = lr / samples as f32;
+        let (gw, gb) = grad_sum.split_at(CLASSES * FEATURES);
+        for (w, g) in self.w.iter_mut().zip(gw) {
             *w -= scale * g;
         }
-        for (b, g) in self.b.iter_mut().zip(&gb) {
+        for (b, g) in self.b.iter_mut().zip(gb) {
             *b -= scale * g;
         }
         self.step += 1;
+    }
+
+    /// All [`PARAMS`] parameters: the weight (row-major), then the bias.
+    pub fn params(&self) -> Vec<f32> {
+        let mut p = self.w.clone();
+        p.extend_from_slice(&self.b);
+        p
+    }
+
+    /// Replaces the parameters (as [`Model::params`] lists them) and step.
+    pub fn set_params(&mut self, params: &[f32], step: u64) -> Result<(), String> {
+        if params.len() != PARAMS {
+            return Err(format!("{} parameters, expected {PARAMS}", params.len()));
+        }
+        let (w, b) = params.split_at(CLASSES * FEATURES);
+        self.w.copy_from_slice(w);
+        self.b.copy_from_slice(b);
+        self.step = step;
+        Ok(())
     }
 
     /// Accuracy and mean cross-entropy on the test set.

@@ -59,6 +59,9 @@ impl Backend for Retry {
     fn renew_due(&self) -> bool {
         self.inner.renew_due()
     }
+    fn rendezvous_addr(&self, node: &str) -> String {
+        self.inner.rendezvous_addr(node)
+    }
     async fn open(&self) -> Result<(), BackendError> {
         self.call(|| self.inner.open()).await
     }

@@ -108,6 +108,9 @@ pub(crate) fn spec(node: &str) -> TaskSpec {
         seed: 0,
         token: "tok".into(),
         options: toml::Table::new(),
+        ranks: Default::default(),
+        rendezvous: None,
+        batch_shares: vec![],
     }
 }
 

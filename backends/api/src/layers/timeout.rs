@@ -52,6 +52,9 @@ impl Backend for Timeout {
     fn renew_due(&self) -> bool {
         self.inner.renew_due()
     }
+    fn rendezvous_addr(&self, node: &str) -> String {
+        self.inner.rendezvous_addr(node)
+    }
     async fn open(&self) -> Result<(), BackendError> {
         self.call("(all)", "open", self.limit, self.inner.open())
             .await

@@ -188,6 +188,7 @@ fn job_view<'a>(ctx: &RoundContext<'a>, rates: &'a [f64], j: JobId) -> JobView<'
         gangs: w.gangs_of(j.index()),
         preference: w.preference_of(j.index()),
         uniform: w.uniform_gang(j.index()),
+        uneven: job.placement.uneven_batches,
         remaining: ctx.state.remaining(w, j) as f64,
         arrival_s: job.arrival_s,
         weight: job.priority_weight,

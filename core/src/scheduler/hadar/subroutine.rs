@@ -28,6 +28,9 @@ pub struct JobView<'a> {
     /// Whether its gang has one size on every type it accepts (only then
     /// may one gang span types).
     pub uniform: bool,
+    /// Whether a gang spread over types runs at the sum of its workers'
+    /// paces (uneven batch shares) instead of the slowest one's.
+    pub uneven: bool,
     /// Steps left.
     pub remaining: f64,
     /// Arrival (s).
@@ -231,7 +234,9 @@ fn eligible(types: &[usize], bi: usize, only: bool) -> &[usize] {
 /// fastest first) with room for all of it (its gang on that type: a job
 /// with alternatives changes gang with the type); failing that, when mixing
 /// is allowed and the job's gang has one size everywhere, spread over the
-/// fastest eligible types with free GPUs, running at the slowest one's rate. Returns the price per second and the rate, or
+/// fastest eligible types with free GPUs, running at the slowest one's rate
+/// (at the sum of the workers' paces for a job of uneven batch shares).
+/// Returns the price per second and the rate, or
 /// `None` if the eligible types lack room.
 fn take_gpus(
     grid: &PriceGrid,
@@ -257,12 +262,15 @@ fn take_gpus(
     }
     let mut left = gang;
     let mut cost = 0.0;
-    let mut rate = f64::INFINITY;
+    let mut slowest = f64::INFINITY;
+    let mut paces = 0.0;
     for &w in eligible {
         let n = grid.free(t, w).min(left);
         if n > 0 {
             cost += marginal_cost(grid, t, w, n);
-            rate = rate.min(job.rates[w]);
+            slowest = slowest.min(job.rates[w]);
+            // Each worker's pace: its type's gang rate over the gang.
+            paces += f64::from(n) * job.rates[w] / f64::from(gang);
             take.push((w, n));
             left -= n;
         }
@@ -270,7 +278,7 @@ fn take_gpus(
             break;
         }
     }
-    Some((cost, rate))
+    Some((cost, if job.uneven { paces } else { slowest }))
 }
 
 /// Price per second of taking `n` more GPUs of type `w` in round `t` (each

@@ -4,13 +4,17 @@
 //!
 //! `HADAR_TEST_CRASH_AT=launched:3` raises SIGKILL on the third pass through
 //! the point named `launched`. Unset, the hook costs one environment lookup.
+//!
+//! Points: `launched` (the runtime, after a round's launches, before their
+//! handles are saved); `rank-launched` (the local backend, between the
+//! launches of one task's ranks).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static PASSES: AtomicU64 = AtomicU64::new(0);
 
 /// Dies by SIGKILL here if `HADAR_TEST_CRASH_AT` names this point and pass.
-pub(crate) fn crash_point(name: &str) {
+pub fn crash_point(name: &str) {
     let Ok(spec) = std::env::var("HADAR_TEST_CRASH_AT") else {
         return;
     };
@@ -22,7 +26,7 @@ pub(crate) fn crash_point(name: &str) {
     }
     let pass = PASSES.fetch_add(1, Ordering::SeqCst) + 1;
     if nth.parse::<u64>().is_ok_and(|n| n == pass) {
-        tracing::warn!("HADAR_TEST_CRASH_AT={spec}: killing this process");
+        eprintln!("HADAR_TEST_CRASH_AT={spec}: killing this process");
         // SIGKILL, as `kill -9` from outside would: no destructors, no flush.
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     }
