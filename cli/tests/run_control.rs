@@ -372,3 +372,49 @@ fn a_job_that_never_checkpoints_stops_the_run_with_the_reason() {
         "run has no such flag: {err}"
     );
 }
+
+/// A one-process job's gang of 2 on `--cluster v100=2` (a node per GPU)
+/// fits no node: refused before anything starts (exit 3), saying how to fix
+/// it; with `--gpus-per-node 2` the two GPUs are one node and it runs.
+#[test]
+fn gpus_per_node_makes_a_short_form_cluster_hold_a_gang() {
+    let (hadar, trainer) = binaries();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        format!(
+            "[[job]]\nname = \"pair\"\ncommand = [\"{}\"]\niterations = 500\ngang = 2\n",
+            trainer.display()
+        ),
+    )
+    .expect("jobs");
+    let run = |extra: &[&str], state: &str| {
+        Command::new(hadar)
+            .args([
+                "run",
+                "--cluster",
+                "v100=2",
+                "--round-seconds",
+                "1",
+                "--json",
+            ])
+            .arg("--jobs")
+            .arg(&jobs)
+            .arg("--state")
+            .arg(dir.path().join(state))
+            .args(extra)
+            .output()
+            .expect("hadar")
+    };
+    let refused = run(&[], "a");
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused.stderr));
+    let err = text(&refused.stderr);
+    assert!(
+        err.contains("`pair`") && err.contains("fits no placement") && err.contains("ranks"),
+        "{err}"
+    );
+    let ok = run(&["--gpus-per-node", "2"], "b");
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    all_finished(&report(&ok));
+}

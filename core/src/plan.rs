@@ -151,3 +151,52 @@ pub fn task_rate(workload: &Workload, task: &Task, mixed: MixedRate) -> f64 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cluster::GpuId;
+    use crate::job::{Job, JobId};
+    use crate::throughput::ThroughputTable;
+
+    #[test]
+    fn a_gang_over_two_types_runs_at_its_slowest_unless_its_batches_are_uneven() {
+        // GPU 0: v100, GPU 1: k80; the gang of 2 runs at 4/s on v100s, 2/s on k80s.
+        let cluster = Arc::new(
+            Cluster::from_toml_str(
+                "[[node]]\nname='a'\ngpus={v100=1}\n[[node]]\nname='b'\ngpus={k80=1}\n",
+                "c.toml",
+            )
+            .unwrap(),
+        );
+        let mut t = ThroughputTable::default();
+        t.set_isolated("g", 2, "v100", 4.0);
+        t.set_isolated("g", 2, "k80", 2.0);
+        let mut job = Job::single_gpu(0, "g", 10);
+        job.scale_factor = 2;
+        let w = |uneven: bool| {
+            let mut j = job.clone();
+            j.placement.uneven_batches = uneven;
+            Workload::new(vec![j], cluster.clone(), Arc::new(t.clone()), "t").unwrap()
+        };
+        let task = Task {
+            job: JobId(0),
+            copy: 0,
+            gpus: vec![GpuId(0), GpuId(1)],
+        };
+        assert_eq!(task_rate(&w(false), &task, MixedRate::Min), 2.0);
+        // Each worker's pace (4/2 and 2/2), summed.
+        assert_eq!(task_rate(&w(true), &task, MixedRate::Min), 3.0);
+        // One type: uneven shares change nothing.
+        let one = Task {
+            gpus: vec![GpuId(0)],
+            ..task.clone()
+        };
+        assert_eq!(
+            task_rate(&w(true), &one, MixedRate::Min),
+            task_rate(&w(false), &one, MixedRate::Min)
+        );
+    }
+}

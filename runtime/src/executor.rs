@@ -55,7 +55,7 @@ const NO_CHECKPOINT_LIMIT: u32 = 5;
 /// (`MASTER_PORT`): one per task of several ranks, never two alike among
 /// the run's recorded tasks, whichever nodes they are on (the local
 /// backend's "nodes" share one port space).
-pub const RENDEZVOUS_PORTS: std::ops::RangeInclusive<u16> = 29500..=30499;
+pub const RENDEZVOUS_PORTS: std::ops::RangeInclusive<u16> = 29600..=30599;
 
 /// A task's key: (job, copy).
 type Key = (u32, u32);
@@ -71,6 +71,9 @@ struct Ledger {
     started: HashMap<Key, f64>,
     lost_nodes: Vec<String>,
     warnings: Vec<String>,
+    /// Tasks of several nodes dropped with a lost node: their ranks on the
+    /// nodes still up are stopped ([`RealRounds::stop_stranded`]).
+    stranded: Vec<Running>,
 }
 
 impl RealRounds<'_> {
@@ -109,6 +112,9 @@ impl RealRounds<'_> {
             .partition(|r| r.handle.on(node));
         self.state.running = kept;
         for r in lost {
+            if r.handle.nodes.len() > 1 {
+                ledger.stranded.push(r.clone());
+            }
             if r.iterations > 0 {
                 self.state.jobs[r.job as usize].lost += r.iterations;
                 ledger.warnings.push(format!(
@@ -223,6 +229,7 @@ impl RealRounds<'_> {
                 },
             }
         }
+        self.stop_stranded(ledger).await;
         let banked = self.bank(by_job, ledger).await;
         match failed {
             Some(e) => Err(e),
@@ -341,7 +348,24 @@ impl RealRounds<'_> {
             .first()
             .map(|p| p.node.clone())
             .unwrap_or_default();
-        let batch_shares = self.batch_shares(job, &t.gpus);
+        // The shares follow the placement's order (GPUs grouped by node),
+        // not the plan's: each GPU keeps its own share.
+        let shares = self.batch_shares(job, &t.gpus);
+        let batch_shares = if shares.is_empty() {
+            shares
+        } else {
+            let node_of = |g: GpuId| &self.cluster.nodes()[self.cluster.gpu(g).node.index()].name;
+            placement
+                .iter()
+                .flat_map(|p| {
+                    t.gpus
+                        .iter()
+                        .zip(&shares)
+                        .filter(|(g, _)| node_of(**g) == &p.node)
+                        .map(|(_, s)| *s)
+                })
+                .collect()
+        };
         TaskSpec {
             run: self.state.run_id.clone(),
             job: t.job.0,
@@ -399,9 +423,10 @@ impl RealRounds<'_> {
             .unwrap_or_default()
     }
 
-    /// Ports for the tasks of `specs` that need a rendezvous (version-2
-    /// tasks of more than one rank): the lowest ones of
-    /// [`RENDEZVOUS_PORTS`] that no recorded task holds.
+    /// Ports for the tasks of `specs` that need a rendezvous (every
+    /// version-2 task: one of a single rank per node may start `torchrun`,
+    /// which needs one too): the lowest ones of [`RENDEZVOUS_PORTS`] that no
+    /// recorded task holds.
     fn free_ports(&self, tasks: &[&Task]) -> Result<Vec<Option<u16>>, RunError> {
         let mut held: HashSet<u16> = self
             .state
@@ -415,17 +440,7 @@ impl RealRounds<'_> {
             .iter()
             .map(|t| {
                 let job = &self.config.jobs[t.job.index()];
-                let ranks = match job.ranks {
-                    Ranks::Task => 1,
-                    Ranks::Gpu => t.gpus.len(),
-                    Ranks::Node => self
-                        .placement(t)
-                        .iter()
-                        .map(|(n, _)| n)
-                        .collect::<HashSet<_>>()
-                        .len(),
-                };
-                if ranks < 2 {
+                if job.ranks == Ranks::Task {
                     return Ok(None);
                 }
                 free.next().map(Some).ok_or_else(|| RunError::Launch {
@@ -551,6 +566,7 @@ impl RealRounds<'_> {
             }
         }
         self.state.launching = carried;
+        self.stop_stranded(ledger).await;
         failed.map_or(Ok(()), Err)
     }
 
@@ -665,6 +681,7 @@ impl RealRounds<'_> {
         for node in &lost {
             self.lose(ledger, node);
         }
+        self.stop_stranded(ledger).await;
         self.stop_hung(&hung, now, ledger).await?;
         self.stop_keys(&broken, ledger).await?;
         // Ended tasks leave; their checkpoints are banked.
@@ -725,6 +742,30 @@ impl RealRounds<'_> {
             ));
         }
         self.stop_keys(keys, ledger).await
+    }
+
+    /// Stops, as far as they can be reached, the ranks of tasks dropped
+    /// with a lost node that live on other nodes (a gang fails as a whole:
+    /// none may keep its GPUs). Best effort: a backend stops the ranks it
+    /// reaches before it reports the unreachable node.
+    async fn stop_stranded(&mut self, ledger: &mut Ledger) {
+        let stranded = std::mem::take(&mut ledger.stranded);
+        if stranded.is_empty() {
+            return;
+        }
+        let handles = stranded
+            .iter()
+            .map(|r| (r.handle.clone(), self.stop_policy(r.job)))
+            .collect();
+        for (r, res) in stranded.iter().zip(stop_each(&self.backend, handles).await) {
+            if let Err(e) = res {
+                tracing::warn!(
+                    "job {} copy {}: stopping its ranks on the nodes still up: {e}",
+                    self.config.jobs[r.job as usize].name,
+                    r.copy
+                );
+            }
+        }
     }
 
     /// Stops the running tasks of `keys` and banks their checkpoints.

@@ -281,6 +281,24 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
                 "is set by Hadar for every task (the job protocol); a job cannot override it",
             ));
         }
+        if let Some(k) = j
+            .env
+            .keys()
+            .find(|k| j.ranks.spans_nodes() && hadar_backend::RANK_ENV.contains(&k.as_str()))
+        {
+            return Err(Error::parse(
+                f(&format!("env.{k}")),
+                "is set by Hadar for every rank of a job with `ranks` (job protocol version 2); \
+                 the job cannot override it",
+            ));
+        }
+        if j.uneven_batches && !j.ranks.spans_nodes() {
+            return Err(Error::parse(
+                f("uneven_batches"),
+                "needs `ranks = \"gpu\"` or `\"node\"`: a job of one process gets no batch \
+                 shares (HADAR_BATCH_SHARE goes to ranks)",
+            ));
+        }
         if !j.throughput.is_empty() && j.throughput.values().all(|r| *r <= 0.0) {
             return Err(Error::parse(
                 f("throughput"),
@@ -413,6 +431,17 @@ fn check_shapes(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
 /// are counted type by type. A job that cannot be placed would wait forever.
 pub fn check_placeable(jobs: &[RunJob], cluster: &Cluster, multi_node: bool) -> Result<()> {
     for (i, j) in jobs.iter().enumerate() {
+        if j.ranks.spans_nodes() && !multi_node {
+            return Err(Error::Inconsistent {
+                location: Location::new("the jobs file").field(format!("job[{i}].ranks")),
+                message: format!(
+                    "job `{}`: this backend does not start ranks yet (job protocol version 2 \
+                     runs on the local and SSH backends); leave `ranks` out to run it as one \
+                     process on one node",
+                    j.name
+                ),
+            });
+        }
         let spans = multi_node && j.ranks.spans_nodes();
         let shapes = j.shapes();
         let groups: Vec<(Vec<String>, u32)> = if shapes.iter().all(|s| s.gang == j.gang()) {
@@ -442,9 +471,6 @@ pub fn check_placeable(jobs: &[RunJob], cluster: &Cluster, multi_node: bool) -> 
         }
         let how = if spans {
             "add GPUs of its types or make its gang smaller"
-        } else if j.ranks.spans_nodes() {
-            "this backend runs a task on one node: use a backend that spans nodes, or a smaller \
-             gang"
         } else {
             "set `ranks = \"gpu\"` (a process per GPU, across nodes) if the job can run so, or \
              make its gang smaller"

@@ -4,55 +4,29 @@
 //! `hadar_tests::round_switch`.
 //!
 //!   cargo bench -p hadar-tests --bench round_switch
+//!   HADAR_BENCH_GANG=2 cargo bench -p hadar-tests --bench round_switch   # 16 tasks of 2 ranks on 2 hosts
 //!
 //! A benchmark, not a test: figures go to docs/performance.md.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hadar_backend_ssh::{SshBackend, SshHost, SshOptions};
 use hadar_tests::round_switch::{run, trainer, Setup};
-
-fn backend(dir: &std::path::Path) -> SshBackend {
-    let key = dir.join("id_ed25519");
-    let host = |name: &str, address: &str| SshHost {
-        name: name.into(),
-        address: address.into(),
-        port: 22,
-        user: "root".into(),
-        key: key.clone(),
-    };
-    SshBackend::new(
-        [
-            host("h1", "10.78.0.11"),
-            host("h2", "10.78.0.12"),
-            host("h3", "10.78.0.13"),
-        ],
-        SshOptions {
-            known_hosts: dir.join("known_hosts"),
-            accept_unknown_hosts: false,
-            timeout: Duration::from_secs(5),
-        },
-    )
-}
+use hadar_tests::ssh_hosts;
 
 fn main() {
-    let dir = PathBuf::from(
-        std::env::var("HADAR_SSH_DIR").unwrap_or_else(|_| "/var/lib/hadar-test-ssh".into()),
-    );
-    assert!(
-        dir.join("sshd_h1.pid").is_file(),
-        "the SSH test hosts are not up: run `sudo scripts/ssh-hosts.sh up`"
-    );
     let root = tempfile::tempdir().expect("tempdir");
     run(
         &Setup {
-            backend: Arc::new(backend(&dir)),
+            backend: Arc::new(ssh_hosts::backend(Duration::from_secs(5))),
             nodes: &["h1", "h2", "h3"],
             trainer: trainer().display().to_string(),
             root: root.path(),
             calls: Box::new(|| None),
+            gang: std::env::var("HADAR_BENCH_GANG")
+                .ok()
+                .and_then(|g| g.parse().ok())
+                .unwrap_or(1),
         },
         "3 SSH hosts",
     );

@@ -55,6 +55,7 @@ fn main() {
             trainer: "/usr/local/bin/hadar-trainer".into(),
             root: root.path(),
             calls: Box::new(|| None),
+            gang: 1,
         },
         "3 Docker daemons",
     );

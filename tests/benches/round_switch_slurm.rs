@@ -50,6 +50,7 @@ fn main() {
             trainer: trainer().display().to_string(),
             root: root.path(),
             calls: Box::new(move || Some(counted.controller_calls())),
+            gang: 1,
         },
         "4 Slurm nodes (job steps of one allocation)",
     );

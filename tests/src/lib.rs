@@ -4,3 +4,4 @@
 pub mod conformance;
 pub mod gavel_continuous;
 pub mod round_switch;
+pub mod ssh_hosts;

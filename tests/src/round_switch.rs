@@ -1,5 +1,6 @@
 //! The round-switch benchmark every real backend runs: 32 running trainers
-//! stopped (their checkpoints written and fetched) and 32 new ones launched,
+//! stopped (their checkpoints written and fetched) and 32 new ones launched
+//! (or, with `gang: 2`, 16 tasks of two ranks each on two nodes),
 //! through the functions the runtime's round switch calls
 //! (`hadar_runtime::parallel`). Each backend's bench (tests/benches/
 //! round_switch*.rs) says how to reach its test hosts and calls [`run`].
@@ -8,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hadar_backend::{Backend, NodeGpus, StopPolicy, TaskSpec, TaskState};
+use hadar_backend::{Backend, NodeGpus, Ranks, Rendezvous, StopPolicy, TaskSpec, TaskState};
 use hadar_runtime::parallel::{fetch_checkpoints, launch_all, stop_all};
 
-/// Tasks stopped and launched per switch.
+/// Processes (ranks) stopped and launched per switch.
 pub const TASKS: usize = 32;
 /// Switches measured.
 pub const REPEATS: usize = 5;
@@ -31,6 +32,16 @@ pub struct Setup<'a> {
     /// Says what a switch costs in backend calls beyond one launch, stop and
     /// fetch per task (the Slurm bench counts its controller commands).
     pub calls: Box<dyn Fn() -> Option<u64> + 'a>,
+    /// Nodes per task: 1, or 2 for tasks of two ranks (job protocol
+    /// version 2) on two nodes, `TASKS / 2` of them.
+    pub gang: usize,
+}
+
+impl Setup<'_> {
+    /// Tasks per switch.
+    pub fn tasks(&self) -> usize {
+        TASKS / self.gang.max(1)
+    }
 }
 
 impl std::fmt::Debug for Setup<'_> {
@@ -66,18 +77,22 @@ pub fn trainer() -> PathBuf {
 /// Round `round`'s 32 tasks.
 pub fn specs(setup: &Setup<'_>, round: u64) -> Vec<TaskSpec> {
     let n = setup.nodes.len();
-    (0..TASKS)
+    let gang = setup.gang.max(1);
+    (0..setup.tasks())
         .map(|i| TaskSpec {
             run: "bench".into(),
             job: i as u32,
             job_name: format!("j{i}"),
             copy: 0,
             round,
-            placement: vec![NodeGpus {
-                node: setup.nodes[i % n].into(),
-                gpus: vec![(i / n) as u32],
-                gpu_types: vec!["v100".into()],
-            }],
+            // Task i's ranks on nodes i, i+1, ... (round-robin), one GPU each.
+            placement: (0..gang)
+                .map(|r| NodeGpus {
+                    node: setup.nodes[(i + r) % n].into(),
+                    gpus: vec![((i * gang + r) / n) as u32],
+                    gpu_types: vec!["v100".into()],
+                })
+                .collect(),
             argv: vec![setup.trainer.clone()],
             // Throttled (20 iterations/s each) so that 32 trainers on a 2-core
             // machine leave it idle: the switch is measured, not their compute.
@@ -89,8 +104,13 @@ pub fn specs(setup: &Setup<'_>, round: u64) -> Vec<TaskSpec> {
             seed: i as u64,
             token: format!("bench-{round}-{i}-{}", std::process::id()),
             options: Default::default(),
-            ranks: Default::default(),
-            rendezvous: None,
+            ranks: if gang > 1 { Ranks::Gpu } else { Ranks::Task },
+            // Ports of alternate rounds differ: a switch launches the new
+            // tasks right after the old ones exit.
+            rendezvous: (gang > 1).then(|| Rendezvous {
+                addr: setup.backend.rendezvous_addr(setup.nodes[i % n]),
+                port: 31000 + (round % 2) as u16 * 100 + i as u16,
+            }),
             batch_shares: vec![],
         })
         .collect()
@@ -143,7 +163,7 @@ pub fn run(setup: &Setup<'_>, label: &str) -> Vec<Switch> {
                 assert!(matches!(s.state, TaskState::Exited { .. }), "{s:?}");
             }
             let got = ckpts.iter().filter(|c| matches!(c, Ok(Some(_)))).count();
-            assert_eq!(got, TASKS, "every stopped trainer left a checkpoint");
+            assert_eq!(got, setup.tasks(), "every stopped task left a checkpoint");
             running = launched.into_iter().map(|h| h.expect("launch")).collect();
             let s = Switch {
                 stop,
@@ -151,9 +171,10 @@ pub fn run(setup: &Setup<'_>, label: &str) -> Vec<Switch> {
                 launch,
                 calls,
             };
+            let tasks = setup.tasks();
             println!(
-                "switch {round}: stop {TASKS} {stop:.2} s, fetch {TASKS} checkpoints {fetch:.2} s, \
-                 launch {TASKS} {launch:.2} s, total {:.2} s{}",
+                "switch {round}: stop {tasks} {stop:.2} s, fetch {tasks} checkpoints {fetch:.2} s, \
+                 launch {tasks} {launch:.2} s, total {:.2} s{}",
                 s.total(),
                 calls.map(|c| format!(", {c} controller commands")).unwrap_or_default()
             );
@@ -165,13 +186,15 @@ pub fn run(setup: &Setup<'_>, label: &str) -> Vec<Switch> {
     });
     let mut totals: Vec<f64> = switches.iter().map(Switch::total).collect();
     totals.sort_by(f64::total_cmp);
+    let tasks = setup.tasks();
     println!(
-        "median round switch of {TASKS} tasks over {label}: {:.2} s (min {:.2}, max {:.2}); \
-         {} backend calls per switch ({TASKS} stops, {TASKS} fetches, {TASKS} launches)",
+        "median round switch of {tasks} tasks of {} node(s) over {label}: {:.2} s (min {:.2}, \
+         max {:.2}); {} backend calls per switch ({tasks} stops, {tasks} fetches, {tasks} launches)",
+        setup.gang.max(1),
         totals[totals.len() / 2],
         totals[0],
         totals[totals.len() - 1],
-        3 * TASKS
+        3 * tasks
     );
     switches
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use hadar_backend::{Backend, Signal, StopPolicy};
 use hadar_backend_local::LocalBackend;
-use hadar_backend_ssh::{SshBackend, SshHost, SshOptions};
 use hadar_core::cluster::Cluster;
 use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
 use hadar_runtime::jobs::parse_jobs;
 use hadar_runtime::{run, RunConfig, RunError};
 use hadar_tests::conformance::local_trainer;
+use hadar_tests::ssh_hosts;
 
 /// One GPU per node, two types: a gang of 2 or 3 spans nodes.
 const CLUSTER: &str = r#"
@@ -94,7 +94,7 @@ async fn gangs_span_nodes_on_the_local_backend() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gangs_span_hosts_over_ssh() {
-    every_gang_finishes(Arc::new(ssh_backend())).await;
+    every_gang_finishes(Arc::new(ssh_hosts::backend(Duration::from_secs(2)))).await;
 }
 
 /// A gang that no placement can hold is refused before anything starts,
@@ -142,33 +142,4 @@ async fn a_gang_no_placement_holds_is_refused_at_once() {
         assert!(matches!(err, RunError::Core(_)), "{err:?}");
         assert!(!dir.path().join("tasks").exists(), "nothing started");
     }
-}
-
-fn ssh_backend() -> SshBackend {
-    let dir = std::path::PathBuf::from(
-        std::env::var("HADAR_SSH_DIR").unwrap_or_else(|_| "/var/lib/hadar-test-ssh".into()),
-    );
-    assert!(
-        dir.join("sshd_h1.pid").is_file(),
-        "the SSH test hosts are not up: run `sudo scripts/ssh-hosts.sh up`"
-    );
-    let host = |name: &str, address: &str| SshHost {
-        name: name.into(),
-        address: address.into(),
-        port: 22,
-        user: "root".into(),
-        key: dir.join("id_ed25519"),
-    };
-    SshBackend::new(
-        [
-            host("h1", "10.78.0.11"),
-            host("h2", "10.78.0.12"),
-            host("h3", "10.78.0.13"),
-        ],
-        SshOptions {
-            known_hosts: dir.join("known_hosts"),
-            accept_unknown_hosts: false,
-            timeout: Duration::from_secs(2),
-        },
-    )
 }

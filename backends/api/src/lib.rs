@@ -52,6 +52,12 @@ pub const RESERVED_ENV: &[&str] = &[
     "HADAR_NODE",
     "HADAR_BATCH_SHARE",
     "CUDA_VISIBLE_DEVICES",
+];
+
+/// The variables a task of ranks (job protocol version 2) gets beside
+/// [`RESERVED_ENV`], which its job's own `env` cannot override either. A
+/// version-1 job may set them (a single-node `torchrun` of its own, say).
+pub const RANK_ENV: &[&str] = &[
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",

@@ -31,19 +31,6 @@ pub enum Ranks {
 }
 
 impl Ranks {
-    /// Parses `task`, `gpu` or `node`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "task" => Ok(Self::Task),
-            "gpu" => Ok(Self::Gpu),
-            "node" => Ok(Self::Node),
-            _ => Err(format!(
-                "ranks = {s:?}: expected \"gpu\" (a process per GPU), \"node\" (a process per \
-                 node, e.g. torchrun) or \"task\" (protocol version 1: one process on one node)"
-            )),
-        }
-    }
-
     /// Whether a task may span nodes.
     pub fn spans_nodes(self) -> bool {
         self != Self::Task
@@ -173,8 +160,10 @@ impl TaskSpec {
             ("MASTER_ADDR", addr),
             ("MASTER_PORT", port.to_string()),
         ];
-        // The protocol's variables come before the job's own.
-        let own = env.split_off(env.len() - self.env_len());
+        // The protocol's variables come before the job's own, which never
+        // override the ranks'.
+        let mut own = env.split_off(env.len() - self.env_len());
+        own.retain(|(k, _)| !crate::RANK_ENV.contains(&k.as_str()));
         for (k, v) in extra {
             set(&mut env, k, v);
         }

@@ -189,16 +189,22 @@ fn alive(pid: u32) -> bool {
 
 /// The live ranks of the task with `token`, by (rank, node index, pid),
 /// rank 0 first; `None` unless every rank of the task is there. A rank is
-/// the process that leads a group of its own and carries the token (its
-/// children inherit the token but not the group lead); its place comes
-/// from its `RANK` and `GROUP_RANK`, its count from `WORLD_SIZE`.
+/// a process that leads a group of its own, carries the token, and whose
+/// parent does not (its children inherit the token; `torchrun`'s workers
+/// even lead sessions of their own, with `RANK`s of their own); its place
+/// comes from its `RANK` and `GROUP_RANK`, its count from `WORLD_SIZE`,
+/// for a task of protocol version 2 only (a version-1 task is rank 0 of 1,
+/// whatever `RANK` it inherited).
 fn find_by_token(token: &str) -> Option<Vec<(usize, u32)>> {
     let entries = std::fs::read_dir("/proc").ok()?;
     let mut found: Vec<(u32, usize, u32, u32)> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid > 1 && carries_token(pid, token) && alive(pid))
-        .filter(|&pid| leads_group(pid))
+        .filter(|&pid| leads_group(pid) && !parent(pid).is_some_and(|p| carries_token(p, token)))
         .map(|pid| {
+            if env_var(pid, "HADAR_PROTOCOL").as_deref() != Some("2") {
+                return (0, 0, 1, pid);
+            }
             let var = |k: &str| env_var(pid, k).and_then(|v| v.parse::<u32>().ok());
             let (rank, node, world) = (var("RANK"), var("GROUP_RANK"), var("WORLD_SIZE"));
             (
@@ -224,6 +230,13 @@ fn find_by_token(token: &str) -> Option<Vec<(usize, u32)>> {
         return None;
     }
     Some(found.into_iter().map(|f| (f.1, f.3)).collect())
+}
+
+/// The parent of process `pid`.
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Whether `pid` leads its process group (every task does: it is started

@@ -511,7 +511,7 @@ impl Inner {
             ours_and_alive(pid, &task.token)?
         );
         let cmd = format!(
-            "kill -{sig} -- -{pid} 2>/dev/null; n=0; \
+            "if {running}; then kill -{sig} -- -{pid} 2>/dev/null; fi; n=0; \
              while {running} && [ $n -lt {steps} ]; do sleep 0.05; n=$((n+1)); done; \
              if {running}; then kill -KILL -- -{pid} 2>/dev/null; m=0; \
              while {running} && [ $m -lt 100 ]; do sleep 0.05; m=$((m+1)); done; fi; {}",
@@ -568,19 +568,25 @@ fn ours_and_alive(pid: u32, token: &str) -> Result<String, BackendError> {
     ))
 }
 
-/// A shell command that prints, a line each, `PID RANK WORLD GROUP` of the
-/// live session leaders (every rank is one: `setsid`) whose environment
-/// carries `token` (the last three empty for a version-1 task): one `grep`
-/// over every process's environment, then a check of each match.
+/// A shell command that prints, a line each, `PID PROTOCOL RANK WORLD
+/// GROUP` (`-` for a variable not set) of the live session leaders (every
+/// rank is one: `setsid`) whose environment carries `token` and whose
+/// parent's does not (`torchrun`'s workers lead sessions of their own and
+/// inherit the token from it): one `grep` over every process's
+/// environment, then a check of each match.
 fn find_script(token: &str) -> Result<String, BackendError> {
     let token = q(&format!("HADAR_TASK_TOKEN={token}"))?;
-    let var = |k: &str| format!("$(tr '\\0' '\\n' < $f | sed -n 's/^{k}=//p')");
+    let var =
+        |k: &str| format!("\"$(tr '\\0' '\\n' < $f | sed -n 's/^{k}=//p' | grep . || echo -)\"");
     Ok(format!(
         "for f in $(grep -lzxF -- {token} /proc/[0-9]*/environ 2>/dev/null); do \
          p=${{f#/proc/}}; p=${{p%/environ}}; \
          [ \"$(ps -o sid= -p \"$p\" 2>/dev/null | tr -d ' ')\" = \"$p\" ] && \
          ps -o stat= -p \"$p\" 2>/dev/null | grep -q '^[^Z]' && \
-         echo \"$p {} {} {}\"; done; true",
+         pp=$(ps -o ppid= -p \"$p\" 2>/dev/null | tr -d ' ') && \
+         ! grep -qzxF -- {token} /proc/\"$pp\"/environ 2>/dev/null && \
+         echo \"$p\" {} {} {} {}; done; true",
+        var("HADAR_PROTOCOL"),
         var("RANK"),
         var("WORLD_SIZE"),
         var("GROUP_RANK")
@@ -599,18 +605,26 @@ struct Found {
 
 /// The ranks [`find_script`] printed. A rank's node is its `GROUP_RANK`,
 /// not the host that answered: hosts that share a process table (network
-/// namespaces of one machine) each list every rank.
+/// namespaces of one machine) each list every rank. A task of protocol
+/// version 1 is rank 0 of 1, whatever `RANK` it inherited.
 fn parse_found(out: &str) -> Vec<Found> {
     out.lines()
         .filter_map(|line| {
-            let mut w = line.split_whitespace();
-            let pid = w.next()?.parse::<u32>().ok().filter(|&p| p > 1)?;
-            let mut num = || w.next().map_or(Some(0), |r| r.parse::<u32>().ok());
-            let (rank, world, node) = (num()?, num()?.max(1), num()?);
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let pid = w.first()?.parse::<u32>().ok().filter(|&p| p > 1)?;
+            if w.get(1) != Some(&"2") {
+                return Some(Found {
+                    rank: 0,
+                    world: 1,
+                    node: 0,
+                    pid,
+                });
+            }
+            let num = |i: usize| w.get(i).and_then(|v| v.parse::<u32>().ok());
             Some(Found {
-                rank,
-                world,
-                node: node as usize,
+                rank: num(2)?,
+                world: num(3)?.max(1),
+                node: num(4)? as usize,
                 pid,
             })
         })
@@ -860,5 +874,31 @@ impl Backend for SshBackend {
         self.each_rank(task, Inner::cleanup_blocking)
             .await
             .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn found_ranks_are_read_by_field_and_version_one_is_rank_zero_of_one() {
+        let out = "4711 2 1 2 1\n4712 2 0 2 0\n99 1 5 8 3\n98 - - - -\n97 2 - 2 0\n0 2 0 1 0\n";
+        let found = parse_found(out);
+        let f = |rank, world, node, pid| Found {
+            rank,
+            world,
+            node,
+            pid,
+        };
+        assert_eq!(
+            found,
+            vec![
+                f(1, 2, 1, 4711),
+                f(0, 2, 0, 4712),
+                f(0, 1, 0, 99),
+                f(0, 1, 0, 98)
+            ]
+        );
     }
 }

@@ -44,9 +44,13 @@ use crate::report::{escape, summary, table::Table};
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct RunArgs {
-    /// Cluster TOML file.
+    /// Cluster TOML file, or `TYPE=COUNT,...` for a run on this machine.
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
+    /// GPUs per node for the `TYPE=COUNT` form (as `hadar simulate`'s; 1:
+    /// a node per GPU, so a gang of two spans nodes).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub gpus_per_node: u32,
     /// Jobs TOML file.
     #[arg(long, value_name = "FILE")]
     pub jobs: PathBuf,
@@ -206,11 +210,14 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         .parse()
         .map_err(|e: hadar_backend::UnknownSignal| usage(format!("--stop-signal: {e}")))?;
     let stop = StopPolicy::new(signal, args.grace).map_err(|e| usage(format!("--grace: {e}")))?;
-    // A cluster file, or the short form (`v100=2,k80=2`: one node per GPU)
-    // for a run on this machine.
+    // A cluster file, or the short form (`v100=2,k80=2`: one node per GPU,
+    // or --gpus-per-node) for a run on this machine.
     let spec = args.cluster.to_string_lossy();
     let (cluster, cluster_text) = if !args.cluster.exists() && spec.contains('=') {
-        (Cluster::from_short_form(&spec, 1)?, String::new())
+        (
+            Cluster::from_short_form(&spec, args.gpus_per_node)?,
+            String::new(),
+        )
     } else {
         let text = read_to_string(&args.cluster)?;
         let c = Cluster::from_toml_str_with_keys(

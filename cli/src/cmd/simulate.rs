@@ -191,6 +191,11 @@ pub struct HadarArgs {
     /// Keep each gang on one GPU type (turns task-level heterogeneity off).
     #[arg(long)]
     pub hadar_no_mixed_types: bool,
+    /// Plan a gang over several types, of a job with uneven batch shares,
+    /// at the sum of its workers' paces (off: at its slowest worker's rate,
+    /// the default by measurement; docs/algorithm.md).
+    #[arg(long)]
+    pub hadar_uneven_credit: bool,
     /// Leave GPUs idle rather than backfill them with waiting jobs.
     #[arg(long)]
     pub hadar_no_backfill: bool,
@@ -276,6 +281,7 @@ impl HadarArgs {
             aging: self.hadar_aging,
             admission: self.hadar_admission,
             mixed_types: !self.hadar_no_mixed_types,
+            uneven_credit: self.hadar_uneven_credit,
             backfill: !self.hadar_no_backfill,
             share_min_gain: self.hadar_share.0,
             makespan_slack: self.hadar_makespan_slack,

@@ -95,7 +95,7 @@ impl HadarScheduler {
         let mut now: RunNow = Vec::new();
         let mut pending_explanation = None;
         for (pos, &j) in order.iter().enumerate() {
-            let view = job_view(ctx, &self.rates, j);
+            let view = job_view(ctx, &self.rates, j, self.settings.uneven_credit);
             let explaining = self.explain == Some(j);
             let seen: Vec<f64> = if explaining {
                 (0..k).map(|t| grid.price(0, t)).collect()
@@ -162,7 +162,7 @@ impl HadarScheduler {
             if running.contains(&j) {
                 continue;
             }
-            let view = job_view(ctx, &self.rates, j);
+            let view = job_view(ctx, &self.rates, j, self.settings.uneven_credit);
             if let Some(take) =
                 subroutine::backfill(&view, grid, self.settings.mixed_types, &mut self.scratch)
             {
@@ -179,7 +179,12 @@ impl HadarScheduler {
 }
 
 /// What the subroutine sees of job `j`; `rates` is the planner's table.
-fn job_view<'a>(ctx: &RoundContext<'a>, rates: &'a [f64], j: JobId) -> JobView<'a> {
+fn job_view<'a>(
+    ctx: &RoundContext<'a>,
+    rates: &'a [f64],
+    j: JobId,
+    uneven_credit: bool,
+) -> JobView<'a> {
     let w = ctx.workload;
     let k = w.cluster().gpu_types().len();
     let job = &w.jobs()[j.index()];
@@ -188,7 +193,7 @@ fn job_view<'a>(ctx: &RoundContext<'a>, rates: &'a [f64], j: JobId) -> JobView<'
         gangs: w.gangs_of(j.index()),
         preference: w.preference_of(j.index()),
         uniform: w.uniform_gang(j.index()),
-        uneven: job.placement.uneven_batches,
+        uneven: uneven_credit && job.placement.uneven_batches,
         remaining: ctx.state.remaining(w, j) as f64,
         arrival_s: job.arrival_s,
         weight: job.priority_weight,
