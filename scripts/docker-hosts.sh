@@ -69,6 +69,10 @@ down() {
     ip link delete "veth-hdd-$name" 2>/dev/null || true
   done
   ip link delete "$BR" 2>/dev/null || true
+  # The rule `up` added (see forward_on_bridge).
+  if command -v iptables >/dev/null; then
+    while iptables -D FORWARD -i "$BR" -o "$BR" -j ACCEPT 2>/dev/null; do :; done
+  fi
   rm -f "$DIR/endpoints"
   echo "docker test daemons stopped"
 }
@@ -112,6 +116,17 @@ certs() {
     rm -f ./*.csr ./*.ext
     echo "$ip" > ip
   )
+}
+
+# Lets traffic between the namespaces cross the bridge (a gang's ranks on d1
+# and d2). A dockerd with iptables on (any on this machine, e.g. the system's)
+# sets `iptables -P FORWARD DROP` and loads br_netfilter, after which bridged
+# traffic goes through FORWARD and is dropped without a word; the policy stays
+# after that dockerd stops. Idempotent; `down` removes the rule.
+forward_on_bridge() {
+  command -v iptables >/dev/null || return 0
+  iptables -C FORWARD -i "$BR" -o "$BR" -j ACCEPT 2>/dev/null \
+    || iptables -I FORWARD -i "$BR" -o "$BR" -j ACCEPT
 }
 
 start_dockerd() { # NAME URI [NETNS] [tls]
@@ -164,6 +179,8 @@ up() {
   ip link show "$BR" >/dev/null 2>&1 || { ip link add "$BR" type bridge; ip addr add "$BR_IP" dev "$BR"; }
   ip link set "$BR" up
   start_dockerd local unix:///var/run/docker.sock
+  # After the local daemon: a system dockerd started just now sets the policy.
+  forward_on_bridge
   for spec in $HOSTS; do
     IFS=: read -r name ip <<<"$spec"
     ns=hadar-$name

@@ -424,3 +424,57 @@ fn gangs_across_nodes_under_faults_lose_and_duplicate_nothing() {
         "the campaign placed no kill: {total:?}"
     );
 }
+
+/// The gang campaign on Slurm: the same jobs on the test cluster's nodes
+/// (`scripts/slurm-cluster.sh up`) as one-GPU nodes of two types, each rank
+/// a job step; hadar killed -9 also once a rank's step is launched while
+/// its siblings' sruns may still wait for theirs (`rank-launched`).
+/// `HADAR_SLURM_GANG_CAMPAIGN_RUNS` changes the number of runs (default 3).
+#[test]
+fn gangs_on_slurm_under_faults_lose_and_duplicate_nothing() {
+    let (hadar, trainer) = binaries();
+    let up = Command::new("scontrol")
+        .arg("ping")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("UP"))
+        .unwrap_or(false);
+    assert!(
+        up,
+        "slurmctld is not running: start the test cluster with `sudo scripts/slurm-cluster.sh up`"
+    );
+    let runs: u64 = std::env::var("HADAR_SLURM_GANG_CAMPAIGN_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = dir.path().join("cluster.toml");
+    // The allocation the backend tests hold is found by its name and used.
+    std::fs::write(
+        &cluster,
+        "[backend.slurm]\npartition = \"hadar\"\nallocation_name = \"hadar-tests\"\n\
+         poll_seconds = 1\n\n\
+         [[node]]\nname = \"v100a\"\ngpus = { v100 = 1 }\n\n\
+         [[node]]\nname = \"v100b\"\ngpus = { v100 = 1 }\n\n\
+         [[node]]\nname = \"k80a\"\ngpus = { k80 = 1 }\n",
+    )
+    .expect("cluster");
+    let setup = Setup {
+        cluster,
+        args: vec!["--backend".into(), "slurm".into()],
+        remote: None,
+        faulty_attempts: 3,
+        jobs: "examples/multinode/jobs.toml",
+        crash_points: &["launched", "rank-launched"],
+    };
+    let mut total = Counts::default();
+    let started = Instant::now();
+    for seed in 0..runs {
+        let c = campaign_run(300 + seed, "hadar", &setup, hadar, &trainer);
+        eprintln!("slurm gang run {seed}: {c:?}");
+        add(&mut total, &c);
+    }
+    eprintln!(
+        "slurm gang campaign: {runs} runs in {:.0} s, all completed: {total:?}",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hadar_tests::round_switch::{run, trainer, Setup};
+use hadar_tests::round_switch::{gang_from_env, run, trainer, Setup};
 use hadar_tests::ssh_hosts;
 
 fn main() {
@@ -23,10 +23,7 @@ fn main() {
             trainer: trainer().display().to_string(),
             root: root.path(),
             calls: Box::new(|| None),
-            gang: std::env::var("HADAR_BENCH_GANG")
-                .ok()
-                .and_then(|g| g.parse().ok())
-                .unwrap_or(1),
+            gang: gang_from_env(),
         },
         "3 SSH hosts",
     );

@@ -22,6 +22,7 @@ fn backend() -> DockerBackend {
         ssh_key: None,
         shared_fs,
         nvidia: false,
+        peer_address: None,
     };
     DockerBackend::new(
         [

@@ -9,12 +9,13 @@
 //!
 //!   sudo scripts/slurm-cluster.sh up bench
 //!   cargo bench -p hadar-tests --bench round_switch_slurm
+//!   HADAR_BENCH_GANG=2 cargo bench -p hadar-tests --bench round_switch_slurm   # 16 tasks of 2 ranks (steps) on 2 nodes
 
 use std::sync::Arc;
 
 use hadar_backend::Backend;
 use hadar_backend_slurm::{SlurmBackend, SlurmOptions};
-use hadar_tests::round_switch::{run, trainer, Setup};
+use hadar_tests::round_switch::{gang_from_env, run, trainer, Setup};
 
 /// The bench partition of `scripts/slurm-cluster.sh up bench`.
 const PARTITION: &str = "hadar-bench";
@@ -50,7 +51,7 @@ fn main() {
             trainer: trainer().display().to_string(),
             root: root.path(),
             calls: Box::new(move || Some(counted.controller_calls())),
-            gang: 1,
+            gang: gang_from_env(),
         },
         "4 Slurm nodes (job steps of one allocation)",
     );

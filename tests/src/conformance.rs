@@ -598,8 +598,11 @@ pub async fn unreachable_node_says_so(h: &Harness) {
 }
 
 /// A spec of two ranks, one GPU each: rank 0 on the target's node, rank 1
-/// on the harness's `peer`, meeting at a free port of rank 0's node.
-fn gang_spec(h: &Harness, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
+/// on the harness's `peer`, meeting at a free port of rank 0's node. The
+/// backend is opened first, as a run opens it before it asks where rank 0
+/// is reached (a backend may learn its nodes' addresses there).
+async fn gang_spec(h: &Harness, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
+    h.backend.open().await.expect("open");
     let t = &h.target;
     let peer = h
         .peer
@@ -659,7 +662,7 @@ async fn none_left(h: &Harness, task: &TaskHandle) {
 /// batch shares: the ranks reach each other, the job finishes and learns.
 pub async fn gang_trains_across_nodes(h: &Harness) {
     let (b, t) = (&h.backend, &h.target);
-    let mut s = gang_spec(h, "gang-train", trainer_argv(t), 2000);
+    let mut s = gang_spec(h, "gang-train", trainer_argv(t), 2000).await;
     s.env.push(("HADAR_TRAINER_ITER_US".into(), "100".into()));
     s.batch_shares = vec![2.0, 1.0];
     let task = b.launch(&s).await.expect("launch");
@@ -706,7 +709,7 @@ fn digest(log: String) -> Option<String> {
 /// the same step, rank 0 writes the checkpoint, nothing is left running.
 pub async fn gang_stop_reaches_every_rank(h: &Harness) {
     let (b, t) = (&h.backend, &h.target);
-    let mut s = gang_spec(h, "gang-stop", trainer_argv(t), u64::MAX / 2);
+    let mut s = gang_spec(h, "gang-stop", trainer_argv(t), u64::MAX / 2).await;
     s.env.push(("HADAR_TRAINER_ITER_US".into(), "500".into()));
     let task = b.launch(&s).await.expect("launch");
     let first = wait_report(b, &task).await;
@@ -730,7 +733,7 @@ pub async fn gang_stop_reaches_every_rank(h: &Harness) {
 /// stops it); the stop takes the rest down.
 pub async fn gang_breaks_when_a_rank_fails(h: &Harness) {
     let b = &h.backend;
-    let s = gang_spec(h, "gang-break", ranks_script("sleep 1; exit 3"), 1);
+    let s = gang_spec(h, "gang-break", ranks_script("sleep 1; exit 3"), 1).await;
     let task = b.launch(&s).await.expect("launch");
     let st = wait_exit(b, &task, Duration::from_secs(30)).await;
     assert_eq!(
@@ -754,7 +757,7 @@ pub async fn gang_breaks_when_a_rank_fails(h: &Harness) {
 /// its token, every rank on every node, from a new backend.
 pub async fn gang_found_by_token_on_every_node(h: &Harness) {
     let first = &h.backend;
-    let s = gang_spec(h, "gang-find", ranks_script("true"), 1);
+    let s = gang_spec(h, "gang-find", ranks_script("true"), 1).await;
     let task = first.launch(&s).await.expect("launch");
     wait_report(first, &task).await;
     let second = (h.restart)();
@@ -778,7 +781,7 @@ pub async fn gang_found_by_token_on_every_node(h: &Harness) {
 /// token, it is stopped, not adopted, and nothing is left.
 pub async fn partial_gang_found_is_stopped(h: &Harness) {
     let first = &h.backend;
-    let s = gang_spec(h, "gang-partial", ranks_script("exit 0"), 1);
+    let s = gang_spec(h, "gang-partial", ranks_script("exit 0"), 1).await;
     let task = first.launch(&s).await.expect("launch");
     wait_report(first, &task).await;
     // Rank 1 exits at once; rank 0 reported after it started.

@@ -37,6 +37,16 @@ pub struct Setup<'a> {
     pub gang: usize,
 }
 
+/// Nodes per task from `HADAR_BENCH_GANG` (1 or 2; default 1): every
+/// backend's bench measures tasks of two ranks on two nodes with it.
+pub fn gang_from_env() -> usize {
+    match std::env::var("HADAR_BENCH_GANG").as_deref() {
+        Err(_) | Ok("1") => 1,
+        Ok("2") => 2,
+        Ok(other) => panic!("HADAR_BENCH_GANG={other:?}: 1 or 2"),
+    }
+}
+
 impl Setup<'_> {
     /// Tasks per switch.
     pub fn tasks(&self) -> usize {

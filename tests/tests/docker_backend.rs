@@ -3,6 +3,11 @@
 //! on its unix socket (task directories as bind mounts) and the daemons in
 //! the network namespaces hadar-d1 and hadar-d2 over TCP (files through the
 //! archive API). Without them these tests fail, saying so.
+//!
+//! The multi-node scenarios run a gang across the d1 and d2 daemons (host
+//! networking in two network namespaces: rank 1 reaches rank 0 at d1's
+//! address over the namespaces' bridge) and across two node names of the
+//! local daemon (task directories as bind mounts).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +15,7 @@ use std::time::Duration;
 
 use hadar_backend::{Backend, BackendError, StopPolicy, TaskState};
 use hadar_backend_docker::{DockerBackend, DockerNode, DockerOptions, Tls};
-use hadar_tests::conformance::{multi_node_opt_out, spec, Harness, Target};
+use hadar_tests::conformance::{spec, Harness, Target};
 
 /// The image the setup imports into every daemon.
 const IMAGE: &str = "hadar-test/trainer:latest";
@@ -45,12 +50,15 @@ fn node(name: &str, url: &str, shared_fs: bool) -> DockerNode {
         ssh_key: None,
         shared_fs,
         nvidia: false,
+        peer_address: None,
     }
 }
 
 fn nodes() -> Vec<DockerNode> {
     vec![
         node("local", "unix:///var/run/docker.sock", true),
+        // A second node name on the same daemon: the peer of `local`'s gangs.
+        node("local-b", "unix:///var/run/docker.sock", true),
         node("d1", "tcp://10.79.0.11:2375", false),
         node("d2", "tcp://10.79.0.12:2375", false),
         // Nothing listens there: an unreachable node.
@@ -82,7 +90,8 @@ fn backend() -> DockerBackend {
     )
 }
 
-fn harness(node: &str) -> Harness {
+/// The harness of tasks on `node`, whose gangs put rank 1 on `peer`.
+fn harness(node: &str, peer: Option<&str>) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     let make = || -> Arc<dyn Backend> { Arc::new(backend()) };
     Harness {
@@ -95,23 +104,21 @@ fn harness(node: &str) -> Harness {
         },
         unreachable: Some("gone".into()),
         keep: Box::new(dir),
-        peer: None,
-        opt_out: multi_node_opt_out(
-            "the Docker backend runs a task on one node (multi_node: false) for now",
-        ),
+        peer: peer.map(str::to_string),
+        opt_out: vec![],
     }
 }
 
 mod docker_local {
-    hadar_tests::conformance_suite!(super::harness("local"));
+    hadar_tests::conformance_suite!(super::harness("local", Some("local-b")));
 }
 
 mod docker_d1 {
-    hadar_tests::conformance_suite!(super::harness("d1"));
+    hadar_tests::conformance_suite!(super::harness("d1", Some("d2")));
 }
 
 mod docker_tls {
-    hadar_tests::conformance_suite!(super::harness("tls"), protocol);
+    hadar_tests::conformance_suite!(super::harness("tls", None), protocol);
 }
 
 #[tokio::test]

@@ -41,6 +41,7 @@ fn backend() -> DockerBackend {
         ssh_key: None,
         shared_fs,
         nvidia: false,
+        peer_address: None,
     };
     DockerBackend::new(
         [

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use hadar_backend::{Backend, BackendError, TaskState};
 use hadar_backend_slurm::{SlurmBackend, SlurmOptions};
-use hadar_tests::conformance::{multi_node_opt_out, spec, Harness, Target};
+use hadar_tests::conformance::{spec, Harness, Target};
 
 /// The directory tasks run in: on this machine, which the test cluster's
 /// nodes share.
@@ -50,16 +50,11 @@ fn harness(node: &str) -> Harness {
         target: Target::local(node, dir.path()),
         unreachable: Some("gone".into()),
         keep: Box::new(dir),
-        peer: None,
-        opt_out: [(
+        peer: Some("v100a".into()),
+        opt_out: vec![(
             "environment_reaches_the_task",
             "Slurm picks a step's GPUs: environment_reaches_the_step below checks it",
-        )]
-        .into_iter()
-        .chain(multi_node_opt_out(
-            "the Slurm backend runs a task on one node (multi_node: false) for now",
-        ))
-        .collect(),
+        )],
     }
 }
 

@@ -6,7 +6,12 @@
 //! client certificate, key and CA), `ssh_key`, `shared_fs` (the node sees
 //! this machine's filesystem at the same paths: task directories are bind
 //! mounts; default: true for a unix socket, false otherwise), `nvidia` (the
-//! daemon has NVIDIA's container runtime: GPUs go in as device requests).
+//! daemon has NVIDIA's container runtime: GPUs go in as device requests),
+//! `peer_address` (where the node's peers reach it: the `MASTER_ADDR` of a
+//! task of ranks led by the node; default: the host of a `tcp://` or
+//! `ssh://` daemon URL, `127.0.0.1` for a `unix://` one). Not `address`: that
+//! is the SSH backend's key, and one cluster file may serve both backends
+//! with other hosts (the test services do).
 //!
 //! `[backend.docker]`: `image` (the default image of jobs that name none),
 //! `shm_size_mb` (size of `/dev/shm`, default 1024), `network` (network
@@ -48,6 +53,33 @@ pub struct DockerNode {
     pub shared_fs: bool,
     /// GPUs go in as NVIDIA device requests.
     pub nvidia: bool,
+    /// Where the node's peers reach it (the cluster file's `peer_address`).
+    pub peer_address: Option<String>,
+}
+
+impl DockerNode {
+    /// The address at which the ranks of other nodes reach a rank on this
+    /// node (`MASTER_ADDR` when it leads): its `peer_address`, else its daemon's
+    /// host (a daemon reached over TCP or SSH runs on the node), else
+    /// `127.0.0.1` (a `unix://` daemon is on this machine).
+    pub fn rendezvous_addr(&self) -> String {
+        if let Some(a) = &self.peer_address {
+            return a.clone();
+        }
+        let host = if let Some(rest) = self.url.strip_prefix("tcp://") {
+            tcp_host(rest)
+        } else if let Some(rest) = self.url.strip_prefix("ssh://") {
+            let authority = rest.split('/').next().unwrap_or(rest);
+            tcp_host(authority.rsplit_once('@').map_or(authority, |(_, h)| h))
+        } else {
+            ""
+        };
+        if host.is_empty() {
+            "127.0.0.1".to_string()
+        } else {
+            host.to_string()
+        }
+    }
 }
 
 /// Options for all nodes.
@@ -131,6 +163,7 @@ struct Node {
     shared_fs: Option<bool>,
     #[serde(default)]
     nvidia: bool,
+    peer_address: Option<String>,
     // Keys of other backends may sit on the same node.
     address: Option<toml::Value>,
     port: Option<toml::Value>,
@@ -265,6 +298,17 @@ pub fn from_toml(
         }
         check_url(&url, spec.insecure, &tls, &field("docker"))?;
         let _ = (spec.address, spec.port, spec.user, spec.key);
+        if spec
+            .peer_address
+            .as_deref()
+            .is_some_and(|a| a.trim().is_empty())
+        {
+            return Err(Error::parse(
+                field("peer_address"),
+                "an empty address: give the host name or IP at which the other nodes reach \
+                 this one, or leave `peer_address` out",
+            ));
+        }
         out.push(DockerNode {
             name: spec.name.unwrap_or_else(|| format!("node{i}")),
             shared_fs: spec.shared_fs.unwrap_or(url.starts_with("unix://")),
@@ -272,6 +316,7 @@ pub fn from_toml(
             tls,
             ssh_key: spec.ssh_key.map(|k| base.join(k)),
             nvidia: spec.nvidia,
+            peer_address: spec.peer_address,
         });
     }
     Ok((out, options))
@@ -340,6 +385,63 @@ gpus = { k80 = 1 }
         assert_eq!(tls.ca, PathBuf::from("/etc/ca.pem"));
         assert!(nodes[1].nvidia && !nodes[0].nvidia);
         assert_eq!(nodes[3].ssh_key, Some(PathBuf::from("/base/id")));
+    }
+
+    #[test]
+    fn the_rendezvous_address_is_the_nodes_address_else_its_daemons_host() {
+        let (nodes, _) = parse(
+            r#"
+[[node]]
+name = "tcp"
+docker = "tcp://10.0.0.5:2375"
+insecure = true
+gpus = { k80 = 1 }
+[[node]]
+name = "given"
+docker = "tcp://10.0.0.6:2375"
+insecure = true
+peer_address = "gpu6.lab"
+address = "10.9.9.9"   # the SSH backend's key: not this one's
+gpus = { k80 = 1 }
+[[node]]
+name = "ssh"
+docker = "ssh://root@gpu2.lab:2222"
+gpus = { k80 = 1 }
+[[node]]
+name = "ssh-bare"
+docker = "ssh://gpu3"
+gpus = { k80 = 1 }
+[[node]]
+name = "v6"
+docker = "tcp://[fd00::7]:2376"
+tls_cert = "c"
+tls_key = "k"
+tls_ca = "a"
+gpus = { k80 = 1 }
+[[node]]
+name = "unix"
+docker = "unix:///var/run/docker.sock"
+gpus = { k80 = 1 }
+"#,
+        )
+        .unwrap();
+        let addrs: Vec<String> = nodes.iter().map(DockerNode::rendezvous_addr).collect();
+        assert_eq!(
+            addrs,
+            [
+                "10.0.0.5",
+                "gpu6.lab",
+                "gpu2.lab",
+                "gpu3",
+                "fd00::7",
+                "127.0.0.1"
+            ]
+        );
+        assert_eq!(nodes[1].peer_address.as_deref(), Some("gpu6.lab"));
+        let err = parse("[[node]]\nname='x'\ndocker='unix:///s'\npeer_address=' '\ngpus={v100=1}")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("node[0].peer_address"), "{err}");
     }
 
     #[test]

@@ -1,20 +1,33 @@
-//! The Docker backend: each task is one container on its node's Docker
-//! daemon, driven through the Engine API (bollard).
+//! The Docker backend: each rank of a task is one container on its node's
+//! Docker daemon, driven through the Engine API (bollard).
 //!
 //! * Daemons: `unix://`, `tcp://` with TLS (plain TCP only to loopback or
 //!   where the node says `insecure = true`), `ssh://`; the API version is
 //!   negotiated (Debian's docker.io serves 1.41).
-//! * A container per task: the job's image, its argument vector as
+//! * A container per rank: the job's image, its argument vector as
 //!   entrypoint and command (no shell), the job protocol's environment, a
 //!   deterministic name and labels (`hadar.run`, `hadar.job`, `hadar.copy`,
 //!   `hadar.round`, `hadar.token`), `init: true` (the stop signal reaches
 //!   the trainer), a `/dev/shm` of `shm_size_mb`.
-//! * GPUs: on nodes with `nvidia = true`, a device request with the task's
+//! * Ranks (job protocol version 2): one container per rank on its node's
+//!   daemon, with the rank's environment (`RANK`, `WORLD_SIZE`,
+//!   `MASTER_ADDR`, ...), its own GPUs, the name of the task's container
+//!   plus `-rank<R>`, and the labels `hadar.rank`, `hadar.world` and
+//!   `hadar.group` (its node's index in the placement) beside the task's.
+//!   The ranks reach each other over the node's own network (the default
+//!   network mode `host`: with a bridge every rank would advertise its
+//!   container's address, which the other daemons' containers cannot
+//!   reach). `MASTER_ADDR` is rank 0's node's `peer_address` in the cluster file,
+//!   else the host of its `tcp://`/`ssh://` daemon URL, else `127.0.0.1`.
+//!   A version-1 task keeps its one container, name, labels and plain id.
+//! * GPUs: on nodes with `nvidia = true`, a device request with the rank's
 //!   GPU ids and capability `gpu`; elsewhere `CUDA_VISIBLE_DEVICES` only.
 //! * Files: a bind mount of the task directory where the node shares this
-//!   machine's filesystem, else the archive API (upload before the start,
-//!   download by name, also from an exited container). `task.log` is the
-//!   container's log.
+//!   machine's filesystem, else the archive API (upload into every rank's
+//!   container before its start, download by name from rank 0's, also
+//!   after it exited). `task.log` is rank 0's container log and
+//!   `rank-R.log` rank R's, read from the daemons (never files, even on a
+//!   shared filesystem: a container's output is its log).
 //! * A container is ours only if its `hadar.token` label is the handle's
 //!   token: nothing else is ever signalled or removed.
 //! * A daemon that does not answer is an unreachable node
@@ -29,7 +42,8 @@ use std::time::Duration;
 
 use bollard::errors::Error as DockerError;
 use bollard::models::{
-    ContainerCreateBody, ContainerSummaryStateEnum as State, DeviceRequest, HostConfig,
+    ContainerCreateBody, ContainerStateStatusEnum, ContainerSummaryStateEnum as State,
+    DeviceRequest, HostConfig,
 };
 use bollard::query_parameters::{
     ContainerArchiveInfoOptions, CreateContainerOptions, DownloadFromContainerOptions,
@@ -39,10 +53,11 @@ use bollard::query_parameters::{
 use bollard::{Docker, API_DEFAULT_VERSION};
 use futures_util::{StreamExt, TryStreamExt};
 use hadar_backend::protocol::last_report;
+use hadar_backend::ranks::{gang_state, join_rank_ids, log_name, rank_ids};
 use hadar_backend::registry::{BackendInputs, Factory};
 use hadar_backend::{
-    stop_sequence, Backend, BackendError, Capabilities, Signal, StopPolicy, TaskHandle, TaskSpec,
-    TaskState, TaskStatus, KILL_WAIT,
+    stop_sequence, Backend, BackendError, Capabilities, Rank, Signal, StopPolicy, TaskHandle,
+    TaskSpec, TaskState, TaskStatus, KILL_WAIT,
 };
 use hadar_core::error::{Error, Location};
 use tokio::sync::Mutex;
@@ -65,6 +80,7 @@ pub const FACTORY: Factory = Factory {
         "ssh_key",
         "shared_fs",
         "nvidia",
+        "peer_address",
     ],
     build,
     job_options: Some(hadar_backend::registry::JobOptions {
@@ -147,6 +163,12 @@ pub mod labels {
     pub const ROUND: &str = "hadar.round";
     /// The task's token.
     pub const TOKEN: &str = "hadar.token";
+    /// A rank's global rank (version 2 only).
+    pub const RANK: &str = "hadar.rank";
+    /// The number of ranks of its task (version 2 only).
+    pub const WORLD: &str = "hadar.world";
+    /// A rank's node's index in the task's placement (version 2 only).
+    pub const GROUP: &str = "hadar.group";
 }
 
 /// Errors of this backend before they become [`BackendError`]s.
@@ -246,6 +268,18 @@ pub fn container_name(spec: &TaskSpec) -> String {
     )
 }
 
+/// The name of a rank's container: the task's [`container_name`] for a
+/// version-1 task (so that its saved states and containers keep theirs),
+/// that name plus `-rank<R>` for each rank of a version-2 task.
+pub fn rank_container_name(spec: &TaskSpec, rank: &Rank) -> String {
+    let task = container_name(spec);
+    if spec.ranks.spans_nodes() {
+        format!("{task}-rank{}", rank.rank)
+    } else {
+        task
+    }
+}
+
 /// The task's labels.
 pub fn container_labels(spec: &TaskSpec) -> HashMap<String, String> {
     HashMap::from([
@@ -256,6 +290,33 @@ pub fn container_labels(spec: &TaskSpec) -> HashMap<String, String> {
         (labels::ROUND.to_string(), spec.round.to_string()),
         (labels::TOKEN.to_string(), spec.token.clone()),
     ])
+}
+
+/// A rank's labels: the task's, plus (version 2) its rank, the number of
+/// ranks and its node's index, so that `find` can tell a whole gang from
+/// part of one by the labels alone.
+pub fn rank_labels(spec: &TaskSpec, rank: &Rank) -> HashMap<String, String> {
+    let mut l = container_labels(spec);
+    if spec.ranks.spans_nodes() {
+        l.insert(labels::RANK.into(), rank.rank.to_string());
+        l.insert(labels::WORLD.into(), spec.ranks().len().to_string());
+        l.insert(labels::GROUP.into(), rank.node.to_string());
+    }
+    l
+}
+
+/// Where a listed container sits in its gang, read from its labels: rank,
+/// number of ranks, node index. A container without `hadar.rank` is a
+/// version-1 task: rank 0 of 1 on the leading node. `None`: labels that
+/// are not numbers.
+fn gang_place(l: &HashMap<String, String>) -> Option<(u32, u32, usize)> {
+    let Some(rank) = l.get(labels::RANK) else {
+        return Some((0, 1, 0));
+    };
+    let rank = rank.parse().ok()?;
+    let world = l.get(labels::WORLD)?.parse().ok()?;
+    let group = l.get(labels::GROUP)?.parse().ok()?;
+    (rank < world).then_some((rank, world, group))
 }
 
 /// The image of a task: the job's `image` option, else the backend's default.
@@ -286,9 +347,10 @@ pub fn gpu_request(gpus: &[u32]) -> DeviceRequest {
     }
 }
 
-/// The container's create request for `spec` on `node`.
+/// The create request of `rank`'s container on `node`.
 pub fn create_body(
     spec: &TaskSpec,
+    rank: &Rank,
     node: &DockerNode,
     options: &DockerOptions,
 ) -> Result<ContainerCreateBody, BackendError> {
@@ -296,14 +358,10 @@ pub fn create_body(
     let shm_mb = job_shm_mb(&spec.options)
         .map_err(|m| BackendError::Invalid(format!("job {}: {m}", spec.job_name)))?
         .unwrap_or(options.shm_size_mb);
-    let gpus = spec
-        .placement
-        .first()
-        .map(|p| p.gpus.clone())
-        .unwrap_or_default();
+    let gpus = &rank.gpus;
     let nvidia = node.nvidia && !gpus.is_empty();
     let env = spec
-        .environment()
+        .rank_environment(rank)
         .into_iter()
         .map(|(k, v)| {
             // Inside a container given GPUs by device request, they are
@@ -322,7 +380,7 @@ pub fn create_body(
         shm_size: Some((shm_mb * 1024 * 1024) as i64),
         network_mode: Some(options.network.clone()),
         binds: binds(node.shared_fs, &workdir, &options.mounts),
-        device_requests: nvidia.then(|| vec![gpu_request(&gpus)]),
+        device_requests: nvidia.then(|| vec![gpu_request(gpus)]),
         ..Default::default()
     };
     Ok(ContainerCreateBody {
@@ -330,7 +388,7 @@ pub fn create_body(
         entrypoint: Some(spec.argv[..1].to_vec()),
         cmd: Some(spec.argv[1..].to_vec()),
         env: Some(env),
-        labels: Some(container_labels(spec)),
+        labels: Some(rank_labels(spec, rank)),
         working_dir: Some(workdir),
         tty: Some(false),
         attach_stdin: Some(false),
@@ -412,6 +470,61 @@ fn check_name(name: &str) -> Result<(), BackendError> {
         token: String::new(),
     };
     hadar_backend::task_file(&probe, name).map(|_| ())
+}
+
+/// The containers of a handle, rank 0 first: (node name, id) each. A plain
+/// id is one container on the leading node (version 1).
+fn containers(task: &TaskHandle) -> Result<Vec<(String, String)>, BackendError> {
+    Ok(rank_ids(task)?
+        .into_iter()
+        .map(|(n, id)| (task.nodes[n].clone(), id))
+        .collect())
+}
+
+/// The containers of a handle that a stop or cleanup may touch: every id
+/// must be a container id (anything else is a corrupt state, refused).
+fn own_containers(task: &TaskHandle) -> Result<Vec<(String, String)>, BackendError> {
+    let cs = containers(task)?;
+    match cs.iter().find(|(_, id)| !is_container_id(id)) {
+        Some((node, id)) => Err(BackendError::Invalid(format!(
+            "task {:?} on {node}: {id:?} is not a container id (a corrupt state file?)",
+            task.id
+        ))),
+        None => Ok(cs),
+    }
+}
+
+/// The rank whose output a file of that name is, among `ranks` ranks:
+/// `task.log` is rank 0's, `rank-R.log` rank R's.
+fn log_rank(name: &str, ranks: usize) -> Option<usize> {
+    if name == LOG_FILE {
+        return Some(0);
+    }
+    let r: usize = name
+        .strip_prefix("rank-")?
+        .strip_suffix(".log")?
+        .parse()
+        .ok()?;
+    (r > 0 && r < ranks && log_name(r as u32) == name).then_some(r)
+}
+
+/// A gang's status from its ranks' (rank 0 first): their combined state,
+/// rank 0's report.
+fn gang_status(ranks: Vec<TaskStatus>) -> TaskStatus {
+    let states: Vec<TaskState> = ranks.iter().map(|s| s.state).collect();
+    TaskStatus {
+        state: gang_state(&states),
+        report: ranks.into_iter().next().and_then(|s| s.report),
+    }
+}
+
+/// A container `find` listed: its id, where it was found, its place in its
+/// gang (`None`: labels not ours to read) and whether it runs.
+struct Listed {
+    id: String,
+    node: usize,
+    place: Option<(u32, u32, usize)>,
+    live: bool,
 }
 
 /// What `inspect` says of a container we own.
@@ -532,27 +645,26 @@ impl DockerBackend {
         }
     }
 
-    /// Inspects the task's container: `None` if there is none with its id or
-    /// it is not ours (its token label differs).
-    async fn seen(&self, task: &TaskHandle) -> Result<Option<Seen>, BackendError> {
-        if !is_container_id(&task.id) {
+    /// Inspects container `id` on `node`: `None` if there is none with that
+    /// id or it is not ours (its token label is not `token`).
+    async fn seen(&self, node: &str, id: &str, token: &str) -> Result<Option<Seen>, BackendError> {
+        if !is_container_id(id) {
             return Ok(None);
         }
-        let node = task.node();
         let docker = self.client(node).await?;
-        let info = match docker.inspect_container(&task.id, None).await {
+        let info = match docker.inspect_container(id, None).await {
             Ok(i) => i,
             Err(DockerError::DockerResponseServerError {
                 status_code: 404, ..
             }) => return Ok(None),
             Err(e) => return Err(self.fail(node, "inspect", e).await),
         };
-        let token = info
+        let label = info
             .config
             .as_ref()
             .and_then(|c| c.labels.as_ref())
             .and_then(|l| l.get(labels::TOKEN));
-        if token != Some(&task.token) {
+        if label.map(String::as_str) != Some(token) {
             return Ok(None);
         }
         let state = info.state.unwrap_or_default();
@@ -562,9 +674,23 @@ impl DockerBackend {
         }))
     }
 
-    /// The container's output (the last `tail` lines, or `all`).
-    async fn logs(&self, task: &TaskHandle, tail: &str) -> Result<Vec<u8>, BackendError> {
-        let node = task.node();
+    /// Whether any container of the task is ours and runs.
+    async fn any_running(&self, task: &TaskHandle) -> Result<bool, BackendError> {
+        let cs = containers(task)?;
+        let seen = futures_util::future::join_all(
+            cs.iter().map(|(node, id)| self.seen(node, id, &task.token)),
+        )
+        .await;
+        for s in seen {
+            if s?.is_some_and(|s| s.running) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Container `id`'s output (the last `tail` lines, or `all`).
+    async fn logs(&self, node: &str, id: &str, tail: &str) -> Result<Vec<u8>, BackendError> {
         let docker = self.client(node).await?;
         let opts = LogsOptions {
             stdout: true,
@@ -573,7 +699,7 @@ impl DockerBackend {
             ..Default::default()
         };
         let mut out = Vec::new();
-        let mut stream = docker.logs(&task.id, Some(opts));
+        let mut stream = docker.logs(id, Some(opts));
         while let Some(item) = stream.next().await {
             match item {
                 Ok(chunk) => out.extend_from_slice(&chunk.into_bytes()),
@@ -583,18 +709,29 @@ impl DockerBackend {
         Ok(out)
     }
 
-    async fn status_of(
+    /// One rank's status: exited (code unknown) when its container is gone
+    /// or not ours; the report from its log where `report` asks for it
+    /// (rank 0's: the others' logs are not read for a status).
+    async fn rank_status(
         &self,
-        task: &TaskHandle,
-        seen: Option<Seen>,
+        node: &str,
+        id: &str,
+        token: &str,
+        report: bool,
     ) -> Result<TaskStatus, BackendError> {
-        let Some(seen) = seen else {
+        let Some(seen) = self.seen(node, id, token).await? else {
             return Ok(TaskStatus {
                 state: TaskState::Exited { code: None },
                 report: None,
             });
         };
-        let log = self.logs(task, LOG_TAIL_LINES).await?;
+        let report = match report {
+            true => {
+                let log = self.logs(node, id, LOG_TAIL_LINES).await?;
+                last_report(&String::from_utf8_lossy(&log))
+            }
+            false => None,
+        };
         Ok(TaskStatus {
             state: if seen.running {
                 TaskState::Running
@@ -603,8 +740,115 @@ impl DockerBackend {
                     code: exit_code(seen.code),
                 }
             },
-            report: last_report(&String::from_utf8_lossy(&log)),
+            report,
         })
+    }
+
+    /// The task's status: its ranks' states (asked side by side) combined,
+    /// with rank 0's report.
+    async fn task_status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
+        let cs = containers(task)?;
+        let calls = cs
+            .iter()
+            .enumerate()
+            .map(|(r, (node, id))| self.rank_status(node, id, &task.token, r == 0));
+        let ranks = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(gang_status(ranks))
+    }
+
+    /// Sends `signal` to every container of the task (one that exited
+    /// meanwhile or is gone is no error). Only called with
+    /// [`own_containers`]' ids whose token [`Self::seen`] checked.
+    async fn signal_all(&self, task: &TaskHandle, signal: Signal) -> Result<(), BackendError> {
+        let cs = own_containers(task)?;
+        let calls = cs.iter().map(|(node, id)| async move {
+            match self.seen(node, id, &task.token).await? {
+                Some(s) if s.running => self.send(node, id, signal).await,
+                _ => Ok(()),
+            }
+        });
+        futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// Sends `signal` to container `id` on `node` (the caller has checked
+    /// that it is ours); one that exited meanwhile or is gone is no error.
+    async fn send(&self, node: &str, id: &str, signal: Signal) -> Result<(), BackendError> {
+        let docker = self.client(node).await?;
+        let opts = KillContainerOptions {
+            signal: format!("SIG{}", signal.name()),
+        };
+        match docker.kill_container(id, Some(opts)).await {
+            // 409: it exited meanwhile.
+            Ok(())
+            | Err(DockerError::DockerResponseServerError {
+                status_code: 404 | 409,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(self.fail(node, "kill", e).await),
+        }
+    }
+
+    /// The containers on `node` (the handle's node `index`) whose token
+    /// label is `token`, in every state. One created and never started is
+    /// removed on the way: a killed run's start request may still reach
+    /// the daemon after this answer; removed (forced: a start already
+    /// carried out is killed with it), it cannot, so that "not found" stays
+    /// true and the (job, copy) never runs twice.
+    async fn list_token(
+        &self,
+        index: usize,
+        node: &str,
+        token: &str,
+    ) -> Result<Vec<Listed>, BackendError> {
+        let docker = self.client(node).await?;
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![format!("{}={token}", labels::TOKEN)],
+        )]);
+        let list = match docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(filters),
+                ..Default::default()
+            }))
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => return Err(self.fail(node, "list", e).await),
+        };
+        let mut out = Vec::new();
+        for c in list {
+            let l = c.labels.unwrap_or_default();
+            // The daemon filtered by label; checked again, as nothing
+            // without our token may ever be signalled.
+            if l.get(labels::TOKEN).map(String::as_str) != Some(token) {
+                continue;
+            }
+            let Some(id) = c.id.filter(|id| is_container_id(id)) else {
+                continue;
+            };
+            let live = match c.state {
+                Some(State::RUNNING | State::PAUSED | State::RESTARTING) => true,
+                Some(State::CREATED) => {
+                    self.remove(node, &id).await?;
+                    continue;
+                }
+                _ => false,
+            };
+            out.push(Listed {
+                id,
+                node: index,
+                place: gang_place(&l),
+                live,
+            });
+        }
+        Ok(out)
     }
 
     /// Makes sure `node` has `image`: streamed from a node that has it
@@ -765,14 +1009,14 @@ impl DockerBackend {
         }
     }
 
-    /// Starts the container `spec` describes; its id.
-    async fn launch_inner(&self, spec: &TaskSpec) -> Result<String, BackendError> {
-        let name = spec.node();
+    /// Readies node `name` for the task's containers, once per node
+    /// (before its ranks start side by side): the image, and where the node
+    /// shares this machine's files, the task directory and its input files.
+    async fn prepare(&self, spec: &TaskSpec, name: &str) -> Result<(), BackendError> {
         let node = self.node(name)?;
-        let body = create_body(spec, node, &self.options)?;
-        let docker = self.client(name).await?;
-        self.ensure_image(name, body.image.as_deref().unwrap_or_default())
-            .await?;
+        let image = task_image(spec, &self.options)?;
+        self.client(name).await?;
+        self.ensure_image(name, &image).await?;
         if node.shared_fs {
             std::fs::create_dir_all(&spec.workdir)
                 .map_err(|e| BackendError::io(name, &spec.workdir, e))?;
@@ -782,43 +1026,90 @@ impl DockerBackend {
                 std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(name, &f.local, e))?;
             }
         }
-        let cname = container_name(spec);
-        let created = docker
-            .create_container(
-                Some(CreateContainerOptions {
-                    name: Some(cname.clone()),
-                    ..Default::default()
-                }),
-                body,
-            )
-            .await;
-        let id = match created {
-            Ok(r) => r.id,
-            // The same task created before (a create whose answer was lost):
-            // ours if its token matches, then it is started (again) below.
-            Err(DockerError::DockerResponseServerError {
-                status_code: 409, ..
-            }) => {
-                let info = docker.inspect_container(&cname, None).await.map_err(|e| {
-                    BackendError::Launch {
+        Ok(())
+    }
+
+    /// Removes what was started of a gang whose launch failed half-way
+    /// (forced: running containers are killed with it), so that no part of
+    /// a gang is left running.
+    async fn kill_started(&self, spec: &TaskSpec, started: &[(String, String)]) {
+        for (node, id) in started {
+            if let Err(e) = self.remove(node, id).await {
+                eprintln!(
+                    "hadar: job {}: removing its started container {id} on {node}: {e}",
+                    spec.job_name
+                );
+            }
+        }
+    }
+
+    /// Creates container `cname`; its id. A container of that name that is
+    /// this task's (its token) is a create whose answer was lost: its id is
+    /// taken and it is started (again). A version-2 rank's container that
+    /// was started before (it runs or ran) is removed and made afresh
+    /// instead: started again, it would keep its first launch's
+    /// environment, rendezvous port included, and miss its new gang.
+    async fn create(
+        &self,
+        docker: &Docker,
+        name: &str,
+        cname: &str,
+        body: ContainerCreateBody,
+        spec: &TaskSpec,
+    ) -> Result<String, BackendError> {
+        let mut again = spec.ranks.spans_nodes();
+        loop {
+            let options = CreateContainerOptions {
+                name: Some(cname.to_string()),
+                ..Default::default()
+            };
+            match docker.create_container(Some(options), body.clone()).await {
+                Ok(r) => return Ok(r.id),
+                Err(DockerError::DockerResponseServerError {
+                    status_code: 409, ..
+                }) => {}
+                Err(e) => return Err(self.fail(name, "create", e).await),
+            }
+            let info =
+                docker
+                    .inspect_container(cname, None)
+                    .await
+                    .map_err(|e| BackendError::Launch {
                         node: name.to_string(),
                         message: format!("container {cname} exists but cannot be inspected: {e}"),
-                    }
-                })?;
-                let token = info
-                    .config
-                    .and_then(|c| c.labels)
-                    .and_then(|l| l.get(labels::TOKEN).cloned());
-                if token.as_deref() != Some(spec.token.as_str()) {
-                    return Err(BackendError::Launch {
-                        node: name.to_string(),
-                        message: format!("a container named {cname} exists and is not this task"),
-                    });
-                }
-                info.id.unwrap_or_default()
+                    })?;
+            let token = info
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(labels::TOKEN));
+            if token != Some(&spec.token) {
+                return Err(BackendError::Launch {
+                    node: name.to_string(),
+                    message: format!("a container named {cname} exists and is not this task"),
+                });
             }
-            Err(e) => return Err(self.fail(name, "create", e).await),
-        };
+            let id = info.id.unwrap_or_default();
+            let never_started = info
+                .state
+                .and_then(|s| s.status)
+                .is_some_and(|s| s == ContainerStateStatusEnum::CREATED);
+            if !again || never_started {
+                return Ok(id);
+            }
+            again = false;
+            self.remove(name, &id).await?;
+        }
+    }
+
+    /// Starts `rank`'s container (its node [`Self::prepare`]d); its id.
+    async fn launch_rank(&self, spec: &TaskSpec, rank: &Rank) -> Result<String, BackendError> {
+        let name = spec.placement[rank.node].node.as_str();
+        let node = self.node(name)?;
+        let body = create_body(spec, rank, node, &self.options)?;
+        let docker = self.client(name).await?;
+        let cname = rank_container_name(spec, rank);
+        let id = self.create(&docker, name, &cname, body, spec).await?;
         if !node.shared_fs && !spec.inputs.is_empty() {
             let files = spec
                 .inputs
@@ -894,9 +1185,17 @@ impl Backend for DockerBackend {
             gpu_binding: true,
             suspend: false,
             share_gpus: false,
-            multi_node: false,
+            multi_node: true,
             shared_fs: !self.nodes.is_empty() && self.nodes.values().all(|n| n.shared_fs),
         }
+    }
+
+    /// The node's `peer_address`, else its daemon's host ([`DockerNode::rendezvous_addr`]):
+    /// with host networking, a rank listens on its node's own addresses.
+    fn rendezvous_addr(&self, node: &str) -> String {
+        self.nodes
+            .get(node)
+            .map_or_else(|| "127.0.0.1".to_string(), DockerNode::rendezvous_addr)
     }
 
     /// Removes the exited containers of the runs it launched tasks of, on
@@ -951,21 +1250,50 @@ impl Backend for DockerBackend {
                 spec.job_name
             )));
         }
-        if spec.placement.len() != 1 {
+        if spec.placement.len() != 1 && !spec.ranks.spans_nodes() {
             return Err(BackendError::Invalid(format!(
-                "job {}: the Docker backend runs a task on one node, not {}",
+                "job {}: a task of protocol version 1 runs in one container on one node, not \
+                 {} (set `ranks` in the jobs file to run one container per GPU or per node)",
                 spec.job_name,
                 spec.placement.len()
             )));
         }
         self.runs.lock().await.insert(spec.run.clone());
-        let id = self.launch_inner(spec).await?;
-        Ok(spec.handle(id))
+        let mut nodes: Vec<&str> = Vec::new();
+        for p in &spec.placement {
+            if !nodes.contains(&p.node.as_str()) {
+                nodes.push(&p.node);
+            }
+        }
+        for node in nodes {
+            self.prepare(spec, node).await?;
+        }
+        let ranks = spec.ranks();
+        let launched =
+            futures_util::future::join_all(ranks.iter().map(|r| self.launch_rank(spec, r))).await;
+        let mut ids = Vec::new();
+        let mut started = Vec::new();
+        let mut failed = None;
+        for (rank, res) in ranks.iter().zip(launched) {
+            match res {
+                Ok(id) => {
+                    started.push((spec.placement[rank.node].node.clone(), id.clone()));
+                    ids.push((rank.node, id));
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            self.kill_started(spec, &started).await;
+            return Err(e);
+        }
+        Ok(spec.handle(join_rank_ids(&ids)))
     }
 
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
-        let seen = self.seen(task).await?;
-        self.status_of(task, seen).await
+        self.task_status(task).await
     }
 
     async fn stop(
@@ -973,48 +1301,24 @@ impl Backend for DockerBackend {
         task: &TaskHandle,
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError> {
-        if !is_container_id(&task.id) {
-            return Err(BackendError::Invalid(format!(
-                "task {:?} on {}: not a container id (a corrupt state file?)",
-                task.id,
-                task.node()
-            )));
-        }
-        let node = task.node();
+        own_containers(task)?;
         let killed = AtomicBool::new(false);
         stop_sequence(
             policy,
             STOP_POLL,
-            || async { Ok(self.seen(task).await?.is_some_and(|s| s.running)) },
+            || self.any_running(task),
             |signal| {
                 let killed = &killed;
                 async move {
                     if signal == Signal::Kill {
                         killed.store(true, Ordering::Relaxed);
                     }
-                    let docker = self.client(node).await?;
-                    match docker
-                        .kill_container(
-                            &task.id,
-                            Some(KillContainerOptions {
-                                signal: format!("SIG{}", signal.name()),
-                            }),
-                        )
-                        .await
-                    {
-                        // 409: it exited meanwhile.
-                        Ok(())
-                        | Err(DockerError::DockerResponseServerError {
-                            status_code: 404 | 409,
-                            ..
-                        }) => Ok(()),
-                        Err(e) => Err(self.fail(node, "kill", e).await),
-                    }
+                    self.signal_all(task, signal).await
                 }
             },
         )
         .await?;
-        let mut st = self.status(task).await?;
+        let mut st = self.task_status(task).await?;
         if killed.load(Ordering::Relaxed) {
             st.state = TaskState::Exited { code: None };
         }
@@ -1022,60 +1326,59 @@ impl Backend for DockerBackend {
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
-        if !is_container_id(&task.id) {
-            return Err(BackendError::Invalid(format!(
-                "task {:?} on {}: not a container id",
-                task.id,
-                task.node()
-            )));
-        }
-        if self.seen(task).await?.is_some() {
-            self.remove(task.node(), &task.id).await?;
+        for (node, id) in own_containers(task)? {
+            if self.seen(&node, &id, &task.token).await?.is_some() {
+                self.remove(&node, &id).await?;
+            }
         }
         Ok(())
     }
 
+    /// Every rank of the task by its token, on every node of the handle.
+    /// All ranks running: the task, adopted with its ranks' ids in rank
+    /// order. Part of a gang (a run killed between its ranks' launches, or
+    /// a rank that ended while no run watched): it cannot train; its
+    /// running containers are ours, by token, and are killed so that none
+    /// is left (exited ones stay, as a version-1 task's do, for their
+    /// files and logs).
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
-        let node = task.node();
-        let docker = self.client(node).await?;
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec![format!("{}={}", labels::TOKEN, task.token)],
-        )]);
-        // Every state, not only running ones: see `created` below.
-        let list = match docker
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                filters: Some(filters),
-                ..Default::default()
-            }))
-            .await
-        {
-            Ok(l) => l,
-            Err(e) => return Err(self.fail(node, "list", e).await),
-        };
-        let mut found = None;
-        for c in list {
-            let ours = c
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(labels::TOKEN))
-                .is_some_and(|t| *t == task.token);
-            let Some(id) = c.id.filter(|id| ours && is_container_id(id)) else {
+        let mut listed = Vec::new();
+        for (i, node) in task.nodes.iter().enumerate() {
+            if task.nodes[..i].contains(node) {
                 continue;
-            };
-            match c.state {
-                Some(State::RUNNING | State::PAUSED | State::RESTARTING) => found = Some(id),
-                // Created by a run killed before it saw the start through:
-                // its start request may still reach the daemon, after this
-                // answer. Removed (forced: a start already carried out is
-                // killed with it), so that "not found" stays true and the
-                // (job, copy) never runs twice.
-                Some(State::CREATED) => self.remove(node, &id).await?,
-                _ => {}
             }
+            listed.extend(self.list_token(i, node, &task.token).await?);
         }
-        Ok(found.map(|id| TaskHandle { id, ..task.clone() }))
+        let mut live: Vec<(u32, u32, usize, &Listed)> = listed
+            .iter()
+            .filter(|c| c.live)
+            .filter_map(|c| c.place.map(|(r, w, g)| (r, w, g, c)))
+            .filter(|(_, _, g, _)| *g < task.nodes.len())
+            .collect();
+        // A daemon behind two node names lists a rank twice: the entry
+        // found on the rank's own node (its label) is kept.
+        live.sort_by_key(|(r, _, g, c)| (*r, c.node != *g));
+        live.dedup_by_key(|(r, ..)| *r);
+        let Some(world) = live.first().map(|(_, w, ..)| *w) else {
+            return Ok(None);
+        };
+        let complete = live.len() == world as usize
+            && live
+                .iter()
+                .enumerate()
+                .all(|(i, (r, w, ..))| *r == i as u32 && *w == world);
+        if complete {
+            let ids: Vec<(usize, String)> =
+                live.iter().map(|(.., c)| (c.node, c.id.clone())).collect();
+            return Ok(Some(TaskHandle {
+                id: join_rank_ids(&ids),
+                ..task.clone()
+            }));
+        }
+        for c in listed.iter().filter(|c| c.live) {
+            self.send(&task.nodes[c.node], &c.id, Signal::Kill).await?;
+        }
+        Ok(None)
     }
 
     async fn fetch(
@@ -1085,16 +1388,19 @@ impl Backend for DockerBackend {
         local: &Path,
     ) -> Result<bool, BackendError> {
         check_name(name)?;
-        let node_name = task.node();
-        let node = self.node(node_name)?;
-        if name == LOG_FILE {
-            if self.seen(task).await?.is_none() {
+        let cs = containers(task)?;
+        if let Some(r) = log_rank(name, cs.len()) {
+            let (node, id) = &cs[r];
+            if self.seen(node, id, &task.token).await?.is_none() {
                 return Ok(false);
             }
-            let log = self.logs(task, "all").await?;
-            std::fs::write(local, log).map_err(|e| BackendError::io(node_name, local, e))?;
+            let log = self.logs(node, id, "all").await?;
+            std::fs::write(local, log).map_err(|e| BackendError::io(node, local, e))?;
             return Ok(true);
         }
+        // Every other file is rank 0's (the checkpoint).
+        let (node_name, id) = &cs[0];
+        let node = self.node(node_name)?;
         if node.shared_fs {
             let from = task.workdir.join(name);
             if !from.is_file() {
@@ -1105,13 +1411,13 @@ impl Backend for DockerBackend {
             std::fs::rename(&tmp, local).map_err(|e| BackendError::io(node_name, local, e))?;
             return Ok(true);
         }
-        if self.seen(task).await?.is_none() {
+        if self.seen(node_name, id, &task.token).await?.is_none() {
             return Ok(false);
         }
         let docker = self.client(node_name).await?;
         let path = task.workdir.join(name).display().to_string();
         let stream = docker.download_from_container(
-            &task.id,
+            id,
             Some(DownloadFromContainerOptions { path: path.clone() }),
         );
         let chunks: Vec<bytes::Bytes> = match stream.try_collect().await {
@@ -1166,7 +1472,30 @@ mod tests {
             ssh_key: None,
             shared_fs,
             nvidia,
+            peer_address: None,
         }
+    }
+
+    /// Rank 0 of a spec (its only rank for version 1).
+    fn rank0(s: &TaskSpec) -> Rank {
+        s.ranks().remove(0)
+    }
+
+    /// A task of two ranks (one per GPU) on nodes `n` (GPUs 2, 5) and `m`
+    /// (GPU 1), meeting at 10.0.0.1:29601.
+    fn gang() -> TaskSpec {
+        let mut s = spec();
+        s.placement.push(NodeGpus {
+            node: "m".into(),
+            gpus: vec![1],
+            gpu_types: vec!["k80".into()],
+        });
+        s.ranks = hadar_backend::Ranks::Gpu;
+        s.rendezvous = Some(hadar_backend::Rendezvous {
+            addr: "10.0.0.1".into(),
+            port: 29601,
+        });
+        s
     }
 
     #[test]
@@ -1191,7 +1520,13 @@ mod tests {
 
     #[test]
     fn the_gpu_request_has_ids_and_capability_never_a_count() {
-        let body = create_body(&spec(), &node(true, false), &DockerOptions::default()).unwrap();
+        let body = create_body(
+            &spec(),
+            &rank0(&spec()),
+            &node(true, false),
+            &DockerOptions::default(),
+        )
+        .unwrap();
         let json = serde_json::to_value(&body).unwrap();
         let req = &json["HostConfig"]["DeviceRequests"][0];
         assert_eq!(req["DeviceIDs"], serde_json::json!(["2", "5"]));
@@ -1207,7 +1542,13 @@ mod tests {
             "{env:?}"
         );
         // Without the NVIDIA runtime: no request, the node's own GPU ids.
-        let body = create_body(&spec(), &node(false, false), &DockerOptions::default()).unwrap();
+        let body = create_body(
+            &spec(),
+            &rank0(&spec()),
+            &node(false, false),
+            &DockerOptions::default(),
+        )
+        .unwrap();
         let json = serde_json::to_value(&body).unwrap();
         assert!(json["HostConfig"]
             .get("DeviceRequests")
@@ -1220,7 +1561,13 @@ mod tests {
 
     #[test]
     fn the_create_body_carries_argv_labels_init_and_shm() {
-        let body = create_body(&spec(), &node(false, true), &DockerOptions::default()).unwrap();
+        let body = create_body(
+            &spec(),
+            &rank0(&spec()),
+            &node(false, true),
+            &DockerOptions::default(),
+        )
+        .unwrap();
         assert_eq!(body.image.as_deref(), Some("trainer:1"));
         assert_eq!(body.entrypoint, Some(vec!["/bin/train".to_string()]));
         assert_eq!(
@@ -1245,10 +1592,15 @@ mod tests {
         let mut s = spec();
         s.options = toml::toml! { image = "t:2"
         shm_size_mb = 64 };
-        let hc = create_body(&s, &node(false, false), &DockerOptions::default())
-            .unwrap()
-            .host_config
-            .unwrap();
+        let hc = create_body(
+            &s,
+            &rank0(&s),
+            &node(false, false),
+            &DockerOptions::default(),
+        )
+        .unwrap()
+        .host_config
+        .unwrap();
         assert_eq!(hc.shm_size, Some(64 * 1024 * 1024));
         assert_eq!(hc.binds, None);
         let with_mounts = DockerOptions {
@@ -1256,7 +1608,7 @@ mod tests {
             ..DockerOptions::default()
         };
         let hc = |shared| {
-            create_body(&s, &node(false, shared), &with_mounts)
+            create_body(&s, &rank0(&s), &node(false, shared), &with_mounts)
                 .unwrap()
                 .host_config
                 .unwrap()
@@ -1266,7 +1618,13 @@ mod tests {
         assert_eq!(hc(false), ["/opt/bin:/opt/bin:ro"]);
         assert_eq!(hc(true), ["/runs/x/j4:/runs/x/j4", "/opt/bin:/opt/bin:ro"]);
         s.options = toml::Table::new();
-        let err = create_body(&s, &node(false, false), &DockerOptions::default()).unwrap_err();
+        let err = create_body(
+            &s,
+            &rank0(&s),
+            &node(false, false),
+            &DockerOptions::default(),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("no image"), "{err}");
         for (bad, needle) in [
             (toml::toml! { image = 3 }, "image must be an image name"),
@@ -1283,12 +1641,159 @@ mod tests {
             if !s.options.contains_key("image") {
                 s.options.insert("image".into(), "t:1".into());
             }
-            let err = create_body(&s, &node(false, false), &DockerOptions::default())
-                .expect_err(needle)
-                .to_string();
+            let err = create_body(
+                &s,
+                &rank0(&s),
+                &node(false, false),
+                &DockerOptions::default(),
+            )
+            .expect_err(needle)
+            .to_string();
             assert!(err.contains(needle) && err.contains("job "), "{err}");
         }
         assert_eq!(check_job_options(&toml::toml! { image = "a:1" }), Ok(()));
+    }
+
+    #[test]
+    fn a_version_1_task_keeps_its_name_labels_and_environment() {
+        let s = spec();
+        let r = rank0(&s);
+        assert_eq!(rank_container_name(&s, &r), container_name(&s));
+        let body = create_body(&s, &r, &node(false, false), &DockerOptions::default()).unwrap();
+        assert_eq!(body.labels.unwrap(), container_labels(&s));
+        let env: Vec<String> = s
+            .environment()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        assert_eq!(body.env.unwrap(), env);
+    }
+
+    fn env_of(body: &ContainerCreateBody) -> HashMap<String, String> {
+        body.env
+            .iter()
+            .flatten()
+            .filter_map(|e| e.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn each_rank_has_its_own_container_environment_labels_and_gpus() {
+        let s = gang();
+        let ranks = s.ranks();
+        assert_eq!(ranks.len(), 3);
+        let names: Vec<String> = ranks.iter().map(|r| rank_container_name(&s, r)).collect();
+        let task = container_name(&s);
+        assert_eq!(
+            names,
+            [0, 1, 2].map(|r| format!("{task}-rank{r}")),
+            "deterministic, one per rank"
+        );
+        assert_eq!(
+            names,
+            ranks
+                .iter()
+                .map(|r| rank_container_name(&s, r))
+                .collect::<Vec<_>>()
+        );
+        let opts = DockerOptions::default();
+        for (r, want_gpus, want_cvd) in [(0, "2", "0"), (1, "5", "0"), (2, "1", "0")] {
+            let rank = &ranks[r];
+            let body = create_body(&s, rank, &node(true, false), &opts).unwrap();
+            let env = env_of(&body);
+            assert_eq!(env["RANK"], r.to_string());
+            assert_eq!(env["WORLD_SIZE"], "3");
+            assert_eq!(env["MASTER_ADDR"], "10.0.0.1");
+            assert_eq!(env["MASTER_PORT"], "29601");
+            assert_eq!(env["GROUP_RANK"], rank.node.to_string());
+            assert_eq!(env["HADAR_PROTOCOL"], "2");
+            assert_eq!(env["HADAR_TASK_TOKEN"], "tok-1");
+            assert_eq!(env["MINE"], "1");
+            // The rank's own GPU, renumbered from 0 inside the container.
+            assert_eq!(env["CUDA_VISIBLE_DEVICES"], want_cvd);
+            let json = serde_json::to_value(&body).unwrap();
+            assert_eq!(
+                json["HostConfig"]["DeviceRequests"][0]["DeviceIDs"],
+                serde_json::json!([want_gpus])
+            );
+            let l = body.labels.unwrap();
+            assert_eq!(l[labels::TOKEN], "tok-1");
+            assert_eq!(l[labels::RANK], r.to_string());
+            assert_eq!(l[labels::WORLD], "3");
+            assert_eq!(l[labels::GROUP], rank.node.to_string());
+            assert_eq!(gang_place(&l), Some((r as u32, 3, rank.node)));
+            // Without the NVIDIA runtime: the node's own GPU ids.
+            let body = create_body(&s, rank, &node(false, false), &opts).unwrap();
+            assert_eq!(env_of(&body)["CUDA_VISIBLE_DEVICES"], want_gpus);
+        }
+        assert_eq!(ranks[2].node, 1);
+        assert_eq!(
+            env_of(&create_body(&s, &ranks[2], &node(false, false), &opts).unwrap())
+                ["HADAR_GPU_TYPE"],
+            "k80"
+        );
+    }
+
+    #[test]
+    fn listed_containers_are_placed_by_their_labels() {
+        let l = |kv: &[(&str, &str)]| -> HashMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        // Version 1: no rank label, rank 0 of 1 on the leading node.
+        assert_eq!(gang_place(&l(&[(labels::TOKEN, "t")])), Some((0, 1, 0)));
+        assert_eq!(
+            gang_place(&l(&[
+                (labels::RANK, "1"),
+                (labels::WORLD, "2"),
+                (labels::GROUP, "1")
+            ])),
+            Some((1, 2, 1))
+        );
+        for bad in [
+            l(&[
+                (labels::RANK, "x"),
+                (labels::WORLD, "2"),
+                (labels::GROUP, "1"),
+            ]),
+            l(&[
+                (labels::RANK, "2"),
+                (labels::WORLD, "2"),
+                (labels::GROUP, "1"),
+            ]),
+            l(&[(labels::RANK, "1"), (labels::GROUP, "1")]),
+        ] {
+            assert_eq!(gang_place(&bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn logs_are_read_per_rank_and_handles_list_containers() {
+        assert_eq!(log_rank("task.log", 1), Some(0));
+        assert_eq!(log_rank("rank-1.log", 2), Some(1));
+        for (name, n) in [
+            ("rank-1.log", 1),
+            ("rank-2.log", 2),
+            ("rank-01.log", 3),
+            ("rank-0.log", 2),
+            ("x.log", 2),
+        ] {
+            assert_eq!(log_rank(name, n), None, "{name}");
+        }
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let mut h = gang().handle(join_rank_ids(&[(0, a.clone()), (1, b.clone())]));
+        assert_eq!(
+            containers(&h).unwrap(),
+            [("n".to_string(), a.clone()), ("m".to_string(), b.clone())]
+        );
+        assert_eq!(own_containers(&h).unwrap().len(), 2);
+        h.id = format!("0:{a},1:123");
+        assert!(matches!(own_containers(&h), Err(BackendError::Invalid(_))));
+        // A version-1 handle: its plain id on the leading node.
+        let v1 = spec().handle(a.clone());
+        assert_eq!(containers(&v1).unwrap(), [("n".to_string(), a)]);
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub struct SlurmNode {
     pub state: String,
     /// Its GPUs: (raw type as Slurm names it, count). An untyped GRES has type "".
     pub gpus: Vec<(String, u32)>,
+    /// Its `NodeAddr` (where its peers reach it; empty if `sinfo` did not say).
+    pub addr: String,
 }
 
 impl SlurmNode {
@@ -44,13 +46,14 @@ pub fn lost_state(state: &str) -> bool {
     state.ends_with('*') || state.starts_with("down") || state.starts_with("fail")
 }
 
-/// `sinfo` listing every node of the partition (one call: name, state, GRES).
+/// `sinfo` listing every node of the partition (one call: name, state,
+/// GRES, `NodeAddr`).
 pub fn sinfo_argv(partition: Option<&str>) -> Vec<String> {
     let mut v = vec!["sinfo".to_string(), "-h".into(), "-N".into()];
     if let Some(p) = partition {
         v.push(format!("--partition={p}"));
     }
-    v.push(format!("--format=%N{SEP}%t{SEP}%G"));
+    v.push(format!("--format=%N{SEP}%t{SEP}%G{SEP}%o"));
     v
 }
 
@@ -59,8 +62,10 @@ pub fn parse_sinfo(out: &str) -> Result<Vec<SlurmNode>, String> {
     let mut nodes: Vec<SlurmNode> = Vec::new();
     for line in out.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split(SEP).collect();
-        let [name, state, gres] = f[..] else {
-            return Err(format!("unexpected sinfo line {line:?}"));
+        let (name, state, gres, addr) = match f[..] {
+            [name, state, gres] => (name, state, gres, ""),
+            [name, state, gres, addr] => (name, state, gres, addr.trim()),
+            _ => return Err(format!("unexpected sinfo line {line:?}")),
         };
         if nodes.iter().any(|n| n.name == name) {
             continue;
@@ -69,6 +74,7 @@ pub fn parse_sinfo(out: &str) -> Result<Vec<SlurmNode>, String> {
             name: name.to_string(),
             state: state.trim().to_string(),
             gpus: parse_gres(gres),
+            addr: addr.to_string(),
         });
     }
     Ok(nodes)
@@ -556,6 +562,34 @@ pub fn step_name(token: &str) -> String {
     format!("{STEP_PREFIX}{clean}-{:016x}", fnv1a(token.as_bytes()))
 }
 
+/// The step name of rank `rank` (on the task's node `node`) of a task of
+/// `world` ranks: a task of one rank keeps [`step_name`] (version 1, and
+/// states saved before ranks existed); a gang's steps add their rank, node
+/// index and world size, so that `find` rebuilds the gang from `squeue`
+/// alone and knows when part of it is missing.
+pub fn rank_step_name(token: &str, rank: u32, node: usize, world: usize) -> String {
+    let base = step_name(token);
+    if world <= 1 {
+        base
+    } else {
+        format!("{base}.r{rank}.n{node}.w{world}")
+    }
+}
+
+/// What a step name of the task whose [`step_name`] is `base` says:
+/// `(rank, node index, world size)`, `None` for another task's step.
+pub fn parse_rank_step_name(base: &str, name: &str) -> Option<(u32, usize, usize)> {
+    if name == base {
+        return Some((0, 0, 1));
+    }
+    let rest = name.strip_prefix(base)?.strip_prefix(".r")?;
+    let (rank, rest) = rest.split_once(".n")?;
+    let (node, world) = rest.split_once(".w")?;
+    let (rank, node, world): (u32, usize, usize) =
+        (rank.parse().ok()?, node.parse().ok()?, world.parse().ok()?);
+    (world > 1 && (rank as usize) < world).then_some((rank, node, world))
+}
+
 /// FNV-1a, 64 bits: a hash that is the same in every build.
 fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -589,6 +623,9 @@ mod tests {
             ]
         );
         assert!(parse_sinfo("only|two\u{1f}fields").is_err());
+        let with_addr = parse_sinfo("sa\u{1f}idle\u{1f}gpu:v100:1\u{1f}10.77.0.21 \n").unwrap();
+        assert_eq!(with_addr[0].addr, "10.77.0.21");
+        assert_eq!(nodes[0].addr, "", "an sinfo without the address");
         assert_eq!(parse_gres("gpu:8"), [(String::new(), 8)]);
         assert_eq!(parse_gres("(null)"), []);
         for s in ["down*", "drain", "idle*", "unk", "fail", "idle~"] {
@@ -761,6 +798,31 @@ mod tests {
         assert!(step_name("a\nb\u{1f}c")
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)));
+    }
+
+    #[test]
+    fn rank_step_names_carry_rank_node_and_world() {
+        let base = step_name("tok");
+        assert_eq!(
+            rank_step_name("tok", 0, 0, 1),
+            base,
+            "one rank: version 1's name"
+        );
+        let n = rank_step_name("tok", 2, 1, 3);
+        assert_eq!(parse_rank_step_name(&base, &n), Some((2, 1, 3)));
+        assert_eq!(parse_rank_step_name(&base, &base), Some((0, 0, 1)));
+        assert!(n
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)));
+        for other in [
+            rank_step_name("tok2", 0, 0, 2),
+            format!("{base}.r3.n0.w3"),
+            format!("{base}.r1.n0.w1"),
+            format!("{base}.rx.n0.w2"),
+            format!("{base}x"),
+        ] {
+            assert_eq!(parse_rank_step_name(&base, &other), None, "{other}");
+        }
     }
 
     #[test]

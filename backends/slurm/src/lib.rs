@@ -12,6 +12,16 @@
 //! `CUDA_VISIBLE_DEVICES`. A stop is `scancel --signal=SIG A.S`, the grace
 //! period, then `scancel --signal=KILL A.S` and `scancel A.S`.
 //!
+//! A task of ranks (job protocol version 2) is one step per rank, each on
+//! its rank's node with that rank's GPUs (`--gres=gpu:N`) and environment,
+//! named after the task's token plus its rank, node index and world size
+//! (so that a restarted Hadar rebuilds the gang from `squeue` alone), its
+//! output in `task.log` (rank 0) or `rank-R.log`. One step per rank rather
+//! than one step over all nodes: each rank gets its own environment without
+//! a wrapper on the nodes, and each rank's exit is seen on its own, so that
+//! a failed rank breaks the task ([`TaskState::Broken`]) and the runtime
+//! stops the rest (docs/backends/slurm.md has the measurement).
+//!
 //! The controller is asked at most once per `poll`: one `sinfo` of the
 //! nodes for all tasks (lost nodes), and one `squeue` of this user's steps
 //! only while there are tasks this process did not start (found again by
@@ -35,11 +45,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hadar_backend::protocol::last_report;
+use hadar_backend::protocol::ReportReader;
+use hadar_backend::ranks::{gang_state, join_rank_ids, log_name, rank_ids};
 use hadar_backend::registry::{BackendInputs, Factory};
 use hadar_backend::{
-    stop_sequence, Backend, BackendError, Capabilities, Signal, StopPolicy, TaskHandle, TaskSpec,
-    TaskState, TaskStatus,
+    stop_sequence, Backend, BackendError, Capabilities, Rank, Signal, StopPolicy, TaskHandle,
+    TaskSpec, TaskState, TaskStatus,
 };
 use tokio::io::AsyncBufReadExt;
 
@@ -210,6 +221,10 @@ pub struct SlurmBackend {
     allocations: AtomicU64,
     /// The held allocation's limits (`None`: none held).
     lease: Mutex<Option<lease::Lease>>,
+    /// Each node's `NodeAddr`, as `sinfo` said last (`MASTER_ADDR`).
+    addrs: Mutex<HashMap<String, String>>,
+    /// Rank 0's log of each task, read incrementally.
+    reports: ReportReader,
 }
 
 /// One `open` at a time in this process (two backends of one process share
@@ -253,16 +268,66 @@ async fn run(argv: &[String]) -> Result<String, String> {
 
 use hadar_backend::task_file as file_in;
 
-fn step_id(task: &TaskHandle) -> Result<&str, BackendError> {
-    if cmd::valid_step_id(&task.id) {
-        Ok(&task.id)
-    } else {
-        Err(BackendError::Invalid(format!(
-            "task {:?} on {}: not a Slurm step id JOB.STEP (a corrupt state file?)",
-            task.id,
-            task.node()
-        )))
-    }
+/// One step of a task: a rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StepRef {
+    /// `JOB.STEP`.
+    id: String,
+    /// The name it was given ([`cmd::rank_step_name`]): a step is ours only
+    /// while `squeue` lists it under this name.
+    name: String,
+}
+
+/// A task's steps, rank 0 first, every id checked: an id that is not a
+/// step id (a corrupt state file) is refused before any signal.
+fn steps_of(task: &TaskHandle) -> Result<Vec<StepRef>, BackendError> {
+    let ids = rank_ids(task)?;
+    let world = ids.len();
+    ids.into_iter()
+        .enumerate()
+        .map(|(rank, (node, id))| {
+            if !cmd::valid_step_id(&id) {
+                return Err(BackendError::Invalid(format!(
+                    "task {:?} on {}: {id:?} is not a Slurm step id JOB.STEP (a corrupt \
+                     state file?)",
+                    task.id,
+                    task.node()
+                )));
+            }
+            Ok(StepRef {
+                name: cmd::rank_step_name(&task.token, rank as u32, node, world),
+                id,
+            })
+        })
+        .collect()
+}
+
+/// A step of a task that `squeue` lists, known by its name.
+#[derive(Debug, Clone)]
+struct FoundStep {
+    rank: u32,
+    /// Its node's index in the task's handle.
+    node: usize,
+    world: usize,
+    id: String,
+    name: String,
+}
+
+/// Whether `found` (by rank) is a whole gang: ranks 0 to world - 1 of one
+/// world size.
+fn complete(found: &[FoundStep]) -> bool {
+    let world = found.first().map_or(0, |f| f.world);
+    world > 0
+        && found.len() == world
+        && found
+            .iter()
+            .enumerate()
+            .all(|(i, f)| f.rank as usize == i && f.world == world)
+}
+
+/// Whether some rank of a task in `state` may still run.
+fn alive(state: TaskState) -> bool {
+    !matches!(state, TaskState::Exited { .. })
 }
 
 impl SlurmBackend {
@@ -279,6 +344,8 @@ impl SlurmBackend {
             calls: AtomicU64::new(0),
             allocations: AtomicU64::new(0),
             lease: Mutex::new(None),
+            addrs: Mutex::new(HashMap::new()),
+            reports: ReportReader::new(),
         }
     }
 
@@ -311,7 +378,12 @@ impl SlurmBackend {
             .ctl(&cmd::sinfo_argv(self.options.partition.as_deref()))
             .await
             .map_err(|m| controller_error("sinfo", m))?;
-        cmd::parse_sinfo(&out).map_err(|m| controller_error("sinfo", m))
+        let nodes = cmd::parse_sinfo(&out).map_err(|m| controller_error("sinfo", m))?;
+        let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+        for n in nodes.iter().filter(|n| !n.addr.is_empty()) {
+            addrs.insert(n.name.clone(), n.addr.clone());
+        }
+        Ok(nodes)
     }
 
     /// The groups of usable nodes to allocate, checked against the cluster file.
@@ -619,15 +691,29 @@ impl SlurmBackend {
         }
     }
 
-    /// Running or exited, from the step's srun if started here, else from
-    /// the controller (a step is ours if its name is the token's).
+    /// The task's state from its ranks' steps ([`gang_state`]); a task
+    /// whose id is no step id has exited (nothing of it can be ours).
     async fn state(&self, task: &TaskHandle, max_age: Duration) -> Result<TaskState, BackendError> {
-        if !cmd::valid_step_id(&task.id) {
+        let Ok(steps) = steps_of(task) else {
             return Ok(TaskState::Exited { code: None });
+        };
+        let mut states = Vec::with_capacity(steps.len());
+        for step in &steps {
+            states.push(self.step_state(step, max_age).await?);
         }
+        Ok(gang_state(&states))
+    }
+
+    /// Running or exited, from the step's srun if started here, else from
+    /// the controller (a step is ours if its name is the one Hadar gave).
+    async fn step_state(
+        &self,
+        step: &StepRef,
+        max_age: Duration,
+    ) -> Result<TaskState, BackendError> {
         let exited = {
             let mut launched = self.launched.lock().unwrap_or_else(|e| e.into_inner());
-            match launched.get_mut(&task.id) {
+            match launched.get_mut(&step.id) {
                 Some(l) => match l.srun.try_wait() {
                     Ok(None) => return Ok(TaskState::Running),
                     Ok(Some(_)) | Err(_) => Some(l.said.clone()),
@@ -650,10 +736,12 @@ impl SlurmBackend {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        let name = step_name(&task.token);
         let v = self.view(max_age, Want::Steps).await?;
         Ok(
-            if v.steps.iter().any(|s| s.id == task.id && s.name == name) {
+            if v.steps
+                .iter()
+                .any(|s| s.id == step.id && s.name == step.name)
+            {
                 TaskState::Running
             } else {
                 TaskState::Exited { code: None }
@@ -661,117 +749,80 @@ impl SlurmBackend {
         )
     }
 
+    /// The task's state and rank 0's last report (its log, read from where
+    /// the last look stopped).
     fn read_status(&self, task: &TaskHandle, state: TaskState) -> Result<TaskStatus, BackendError> {
         let log = task.workdir.join(LOG_FILE);
-        let text = match std::fs::read(&log) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(BackendError::io(task.node(), &log, e)),
-        };
-        Ok(TaskStatus {
-            state,
-            report: last_report(&text),
-        })
+        let report = self
+            .reports
+            .last(&log)
+            .map_err(|e| BackendError::io(task.node(), &log, e))?;
+        Ok(TaskStatus { state, report })
     }
 
-    /// Signals the step, only while it runs and is ours.
+    /// Signals every step of the task that runs and is ours.
     async fn send(
         &self,
         task: &TaskHandle,
         signal: Signal,
         max_age: Duration,
     ) -> Result<(), BackendError> {
-        let id = step_id(task)?;
-        if self.state(task, max_age).await? != TaskState::Running {
+        for step in steps_of(task)? {
+            self.send_step(&step, signal, max_age).await?;
+        }
+        Ok(())
+    }
+
+    /// Signals one step, only while it runs and is ours.
+    async fn send_step(
+        &self,
+        step: &StepRef,
+        signal: Signal,
+        max_age: Duration,
+    ) -> Result<(), BackendError> {
+        if self.step_state(step, max_age).await? != TaskState::Running {
             return Ok(());
         }
         // An error means it has just ended.
-        let _ = self.ctl(&cmd::scancel_signal_argv(id, signal.name())).await;
+        let _ = self
+            .ctl(&cmd::scancel_signal_argv(&step.id, signal.name()))
+            .await;
         if signal == Signal::Kill {
-            let _ = self.ctl(&cmd::scancel_argv(id)).await;
-        }
-        Ok(())
-    }
-}
-
-fn controller_error(what: &str, message: String) -> BackendError {
-    BackendError::Transient {
-        node: "slurmctld".into(),
-        message: format!("{what}: {message}"),
-    }
-}
-
-#[async_trait::async_trait]
-impl Backend for SlurmBackend {
-    fn name(&self) -> &str {
-        "slurm"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            virtual_time: false,
-            checkpoint: true,
-            gpu_binding: true,
-            suspend: false,
-            share_gpus: false,
-            // A gang over two nodes would need one step over both and a
-            // launcher (torchrun, mpirun) agreed with the job: not yet.
-            multi_node: false,
-            shared_fs: true,
-        }
-    }
-
-    fn renew_due(&self) -> bool {
-        let o = &self.options;
-        self.lease
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|l| l.due(Instant::now(), o.renew_before, o.max_steps))
-    }
-
-    async fn open(&self) -> Result<(), BackendError> {
-        self.allocation().await.map(|_| ())
-    }
-
-    async fn close(&self) -> Result<(), BackendError> {
-        let held = self.allocation.lock().await.take();
-        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        if let Some(a) = held {
-            self.ctl(&cmd::scancel_argv(&a.job.to_string()))
-                .await
-                .map_err(|m| controller_error("scancel", m))?;
+            let _ = self.ctl(&cmd::scancel_argv(&step.id)).await;
         }
         Ok(())
     }
 
-    async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
-        let node = spec.node();
-        if spec.argv.is_empty() {
-            return Err(BackendError::Invalid(format!(
-                "job {}: empty command",
-                spec.job_name
-            )));
-        }
-        if spec.placement.len() != 1 {
-            return Err(BackendError::Invalid(format!(
-                "job {}: the Slurm backend runs a task on one node, not {}",
-                spec.job_name,
-                spec.placement.len()
-            )));
-        }
-        // The site's options for every step, then the job's own (srun
-        // takes the last of an option given twice: the job's wins).
-        let job_args = step_options::job_srun_args(&spec.options).map_err(|m| {
-            BackendError::Invalid(format!("job {}: [job.slurm] {m}", spec.job_name))
-        })?;
-        let extra: Vec<String> = self
-            .options
-            .srun_args
+    /// The steps of the task named after `base` that `squeue` lists (a view
+    /// at most `max_age` old), by rank.
+    async fn found_steps(
+        &self,
+        task: &TaskHandle,
+        base: &str,
+        max_age: Duration,
+    ) -> Result<Vec<FoundStep>, BackendError> {
+        let v = self.view(max_age, Want::Steps).await?;
+        let mut found: Vec<FoundStep> = v
+            .steps
             .iter()
-            .chain(&job_args)
-            .cloned()
+            .filter_map(|s| {
+                let (rank, node, world) = cmd::parse_rank_step_name(base, &s.name)?;
+                (node < task.nodes.len()).then(|| FoundStep {
+                    rank,
+                    node,
+                    world,
+                    id: s.id.clone(),
+                    name: s.name.clone(),
+                })
+            })
             .collect();
-        let a = self.allocation().await?;
+        found.sort_by_key(|f| f.rank);
+        found.dedup_by_key(|f| f.rank);
+        Ok(found)
+    }
+
+    /// An error unless `node` is in the allocation and answers.
+    async fn check_allocated(&self, a: &Allocation, node: &str) -> Result<(), BackendError> {
         if !a.nodes.contains_key(node) {
             if a.unusable.iter().any(|n| n == node) {
                 return Err(BackendError::Unreachable {
@@ -784,18 +835,24 @@ impl Backend for SlurmBackend {
                 a.job
             )));
         };
-        self.check_one(node, self.options.poll).await?;
+        self.check_one(node, self.options.poll).await
+    }
+
+    /// Starts one rank of `spec` as a step of allocation `a`; its step id
+    /// once its process runs.
+    async fn launch_step(
+        &self,
+        spec: &TaskSpec,
+        a: &Allocation,
+        extra: &[String],
+        rank: &Rank,
+        world: usize,
+    ) -> Result<String, BackendError> {
+        let node = spec.placement[rank.node].node.as_str();
         let dir = &spec.workdir;
-        std::fs::create_dir_all(dir).map_err(|e| BackendError::io(node, dir, e))?;
-        for f in &spec.inputs {
-            let to = file_in(&spec.handle(""), &f.name)?;
-            if f.local != to {
-                std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(node, &to, e))?;
-            }
-        }
-        let log = dir.join(LOG_FILE);
-        let n = spec.placement[0].gpus.len() as u32;
-        let name = step_name(&spec.token);
+        let log = dir.join(log_name(rank.rank));
+        let n = rank.gpus.len() as u32;
+        let name = cmd::rank_step_name(&spec.token, rank.rank, rank.node, world);
         let argv = cmd::srun_argv(&cmd::StepArgs {
             job: a.job,
             node,
@@ -803,11 +860,11 @@ impl Backend for SlurmBackend {
             name: &name,
             log: &log,
             workdir: dir,
-            extra: &extra,
+            extra,
             argv: &spec.argv,
         });
         let mut c = self.spawned(&argv);
-        for (k, v) in spec.environment() {
+        for (k, v) in spec.rank_environment(rank) {
             // Slurm sets the step's own GPUs.
             if k == "CUDA_VISIBLE_DEVICES" && n > 0 {
                 continue;
@@ -929,7 +986,144 @@ impl Backend for SlurmBackend {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id.clone(), Launched { srun, said });
-        Ok(spec.handle(id))
+        Ok(id)
+    }
+}
+
+fn controller_error(what: &str, message: String) -> BackendError {
+    BackendError::Transient {
+        node: "slurmctld".into(),
+        message: format!("{what}: {message}"),
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for SlurmBackend {
+    fn name(&self) -> &str {
+        "slurm"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            virtual_time: false,
+            checkpoint: true,
+            gpu_binding: true,
+            suspend: false,
+            share_gpus: false,
+            // A gang: one step per rank on the allocation's nodes.
+            multi_node: true,
+            shared_fs: true,
+        }
+    }
+
+    fn renew_due(&self) -> bool {
+        let o = &self.options;
+        self.lease
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|l| l.due(Instant::now(), o.renew_before, o.max_steps))
+    }
+
+    /// The node's `NodeAddr` (as slurmd is reached; where the nodes share
+    /// one network, a test cluster's, that is `127.0.0.1`), else its name.
+    fn rendezvous_addr(&self, node: &str) -> String {
+        self.addrs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .cloned()
+            .unwrap_or_else(|| node.to_string())
+    }
+
+    async fn open(&self) -> Result<(), BackendError> {
+        self.allocation().await.map(|_| ())
+    }
+
+    async fn close(&self) -> Result<(), BackendError> {
+        let held = self.allocation.lock().await.take();
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if let Some(a) = held {
+            self.ctl(&cmd::scancel_argv(&a.job.to_string()))
+                .await
+                .map_err(|m| controller_error("scancel", m))?;
+        }
+        Ok(())
+    }
+
+    async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
+        if spec.argv.is_empty() {
+            return Err(BackendError::Invalid(format!(
+                "job {}: empty command",
+                spec.job_name
+            )));
+        }
+        if spec.placement.len() != 1 && !spec.ranks.spans_nodes() {
+            return Err(BackendError::Invalid(format!(
+                "job {}: a task of protocol version 1 runs on one node, not {} (set `ranks` \
+                 in the jobs file to run one process per GPU or per node)",
+                spec.job_name,
+                spec.placement.len()
+            )));
+        }
+        // The site's options for every step, then the job's own (srun
+        // takes the last of an option given twice: the job's wins).
+        let job_args = step_options::job_srun_args(&spec.options).map_err(|m| {
+            BackendError::Invalid(format!("job {}: [job.slurm] {m}", spec.job_name))
+        })?;
+        let extra: Vec<String> = self
+            .options
+            .srun_args
+            .iter()
+            .chain(&job_args)
+            .cloned()
+            .collect();
+        let a = self.allocation().await?;
+        for p in &spec.placement {
+            self.check_allocated(&a, &p.node).await?;
+        }
+        // The nodes share this machine's filesystem: the inputs are placed
+        // once, and every rank sees them.
+        let (node, dir) = (spec.node(), &spec.workdir);
+        std::fs::create_dir_all(dir).map_err(|e| BackendError::io(node, dir, e))?;
+        for f in &spec.inputs {
+            let to = file_in(&spec.handle(""), &f.name)?;
+            if f.local != to {
+                std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(node, &to, e))?;
+            }
+        }
+        let ranks = spec.ranks();
+        let launched = futures_util::future::join_all(ranks.iter().map(|r| async {
+            let res = self.launch_step(spec, &a, &extra, r, ranks.len()).await;
+            if res.is_ok() && ranks.len() > 1 {
+                hadar_backend::testing::crash_point("rank-launched");
+            }
+            res
+        }))
+        .await;
+        let mut ids = Vec::new();
+        let mut failed = None;
+        for (rank, res) in ranks.iter().zip(launched) {
+            match res {
+                Ok(id) => ids.push((rank.node, id)),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            // No part of a gang is left running.
+            for (rank, (node, id)) in ids.iter().enumerate() {
+                let step = StepRef {
+                    id: id.clone(),
+                    name: cmd::rank_step_name(&spec.token, rank as u32, *node, ranks.len()),
+                };
+                if let Err(k) = self.send_step(&step, Signal::Kill, STOP_REFRESH).await {
+                    tracing::warn!("job {}: killing its started ranks: {k}", spec.job_name);
+                }
+            }
+            return Err(e);
+        }
+        Ok(spec.handle(join_rank_ids(&ids)))
     }
 
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
@@ -945,12 +1139,11 @@ impl Backend for SlurmBackend {
         task: &TaskHandle,
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError> {
-        step_id(task)?;
-        let ours = self
-            .launched
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&task.id);
+        let steps = steps_of(task)?;
+        let ours = {
+            let launched = self.launched.lock().unwrap_or_else(|e| e.into_inner());
+            steps.iter().all(|s| launched.contains_key(&s.id))
+        };
         let (poll, age) = if ours {
             (POLL, self.options.poll)
         } else {
@@ -959,7 +1152,7 @@ impl Backend for SlurmBackend {
         stop_sequence(
             policy,
             poll,
-            || async { Ok(self.state(task, age).await? == TaskState::Running) },
+            || async { Ok(alive(self.state(task, age).await?)) },
             |signal| async move { self.send(task, signal, age).await },
         )
         .await?;
@@ -984,55 +1177,86 @@ impl Backend for SlurmBackend {
     }
 
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
-        let name = step_name(&task.token);
-        let found = |v: &View| {
-            v.steps.iter().find(|s| s.name == name).map(|s| TaskHandle {
-                id: s.id.clone(),
-                ..task.clone()
-            })
-        };
-        if let Some(h) = found(&*self.view(STOP_REFRESH, Want::Steps).await?) {
-            return Ok(Some(h));
-        }
-        // Not there yet is not "never": a killed run's srun may still be
-        // waiting to create the step. Killed first, then asked again: a
-        // step it created meanwhile is the task; else none can come.
-        let n = {
-            let name = name.clone();
-            tokio::task::spawn_blocking(move || orphans::kill_sruns_named(&name))
+        let base = step_name(&task.token);
+        let mut found = self.found_steps(task, &base, STOP_REFRESH).await?;
+        if !complete(&found) {
+            // Not there yet is not "never": a killed run's srun may still be
+            // waiting to create a missing rank's step. Those sruns are
+            // killed first (not the found steps' own: they run), then the
+            // controller asked again: a step created meanwhile belongs to
+            // the task; else none can come.
+            let world = found.first().map(|f| f.world);
+            let have: Vec<u32> = found.iter().map(|f| f.rank).collect();
+            let of_task = base.clone();
+            let missing = move |name: &str| match cmd::parse_rank_step_name(&of_task, name) {
+                Some((rank, _, w)) => world.is_none_or(|world| w == world && !have.contains(&rank)),
+                None => false,
+            };
+            let n = tokio::task::spawn_blocking(move || orphans::kill_sruns_named(&missing))
                 .await
-                .unwrap_or(Ok(0))
-        };
-        // Still alive after SIGKILL (stuck in the kernel): not "never" yet.
-        // Said as its node not answering, so the launch stays recorded for
-        // a later look instead of being made again.
-        let n = n.map_err(|alive| BackendError::Unreachable {
-            node: task.node().to_string(),
-            message: format!(
-                "{alive} srun(s) of step {name} still run after SIGKILL; looking again later"
-            ),
-        })?;
-        if n == 0 {
+                .unwrap_or(Ok(0));
+            // Still alive after SIGKILL (stuck in the kernel): not "never"
+            // yet. Said as its node not answering, so the launch stays
+            // recorded for a later look instead of being made again.
+            let n = n.map_err(|alive| BackendError::Unreachable {
+                node: task.node().to_string(),
+                message: format!(
+                    "{alive} srun(s) of step {base} still run after SIGKILL; looking again later"
+                ),
+            })?;
+            if n > 0 {
+                tracing::warn!("killed {n} srun(s) of {base} still waiting to create their step");
+                found = self.found_steps(task, &base, Duration::ZERO).await?;
+            }
+        }
+        if found.is_empty() {
             return Ok(None);
         }
-        tracing::warn!("killed {n} srun(s) of step {name} still waiting to create it");
-        Ok(found(&*self.view(Duration::ZERO, Want::Steps).await?))
+        let handle = TaskHandle {
+            id: join_rank_ids(
+                &found
+                    .iter()
+                    .map(|f| (f.node, f.id.clone()))
+                    .collect::<Vec<_>>(),
+            ),
+            ..task.clone()
+        };
+        if !complete(&found) {
+            // Part of a gang (a run killed between its ranks' launches, or a
+            // rank died while no run watched): it cannot train; its steps
+            // are ours, by name, and are killed so that none is left.
+            for f in &found {
+                let step = StepRef {
+                    id: f.id.clone(),
+                    name: f.name.clone(),
+                };
+                self.send_step(&step, Signal::Kill, Duration::ZERO).await?;
+            }
+            return Ok(None);
+        }
+        Ok(Some(handle))
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
-        step_id(task)?;
+        let steps = steps_of(task)?;
         self.send(task, Signal::Kill, STOP_REFRESH).await?;
-        self.launched
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&task.id);
-        let log = task.workdir.join(LOG_FILE);
-        match std::fs::remove_file(&log) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(BackendError::io(task.node(), &log, e))
+        {
+            let mut launched = self.launched.lock().unwrap_or_else(|e| e.into_inner());
+            for s in &steps {
+                launched.remove(&s.id);
             }
-            _ => Ok(()),
         }
+        self.reports.forget(&task.workdir.join(LOG_FILE));
+        for rank in 0..steps.len() {
+            let log = task.workdir.join(log_name(rank as u32));
+            match std::fs::remove_file(&log) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(BackendError::io(task.node(), &log, e))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1100,18 +1324,32 @@ mod tests {
     fn malformed_ids_are_refused_before_any_signal() {
         let h = TaskHandle {
             id: "1".into(),
-            nodes: vec!["g1".into()],
+            nodes: vec!["g1".into(), "g2".into()],
             workdir: "/tmp/x".into(),
             token: "t".into(),
         };
-        assert!(matches!(step_id(&h), Err(BackendError::Invalid(_))));
-        assert_eq!(
-            step_id(&TaskHandle {
-                id: "12.0".into(),
-                ..h
+        let with = |id: &str| {
+            steps_of(&TaskHandle {
+                id: id.into(),
+                ..h.clone()
             })
-            .ok(),
-            Some("12.0")
+        };
+        for bad in ["1", "0:12.0,1:x", "0:12.0,2:12.1", "0:12.0,1:"] {
+            assert!(
+                matches!(with(bad), Err(BackendError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            with("12.0").expect("one step"),
+            [StepRef {
+                id: "12.0".into(),
+                name: step_name("t"),
+            }],
+            "a version-1 id: one step under the token's name"
         );
+        let gang = with("0:12.3,1:12.4").expect("two ranks");
+        assert_eq!(gang[1].id, "12.4");
+        assert_eq!(gang[1].name, cmd::rank_step_name("t", 1, 1, 2));
     }
 }

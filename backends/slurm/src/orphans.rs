@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 /// How long [`kill_sruns_named`] waits for a killed srun to be gone.
 const GONE_WAIT: Duration = Duration::from_secs(5);
 
-/// The pids of this user's `srun` processes started with
-/// `--job-name=NAME`.
-fn sruns_named(name: &str) -> Vec<i32> {
-    let want = format!("--job-name={name}");
+/// The pids of this user's `srun` processes started with a
+/// `--job-name=NAME` that `named` accepts.
+fn sruns_named(named: &dyn Fn(&str) -> bool) -> Vec<i32> {
     // Without knowing who we are, nothing is known to be ours.
     let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
         return vec![];
@@ -31,17 +30,22 @@ fn sruns_named(name: &str) -> Vec<i32> {
             let mut args = cmdline.split(|&b| b == 0);
             let program = args.next()?;
             let is_srun = program == b"srun" || program.ends_with(b"/srun");
-            (is_srun && args.any(|a| a == want.as_bytes())).then_some(pid)
+            let ours = args.any(|a| {
+                a.strip_prefix(b"--job-name=")
+                    .and_then(|n| std::str::from_utf8(n).ok())
+                    .is_some_and(named)
+            });
+            (is_srun && ours).then_some(pid)
         })
         .collect()
 }
 
-/// Kills (SIGKILL) every srun of this user named `--job-name=NAME` and waits
-/// until they are gone: none of them can create its step afterwards. How
-/// many there were; `Err(n)`: `n` of them still run after the wait (they
-/// might still create the step).
-pub fn kill_sruns_named(name: &str) -> Result<usize, usize> {
-    let pids = sruns_named(name);
+/// Kills (SIGKILL) every srun of this user whose `--job-name=NAME` `named`
+/// accepts, and waits until they are gone: none of them can create its step
+/// afterwards. How many there were; `Err(n)`: `n` of them still run after
+/// the wait (they might still create their step).
+pub fn kill_sruns_named(named: &dyn Fn(&str) -> bool) -> Result<usize, usize> {
+    let pids = sruns_named(named);
     for &pid in &pids {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),

@@ -62,6 +62,12 @@ pub fn tasks_of(root: &Path) -> Vec<Task> {
                 .map(|v| String::from_utf8_lossy(&v[p.len()..]).into_owned())
                 .unwrap_or_default()
         };
+        // Slurm's `srun` carries a step's environment to pass it on: the
+        // launcher, not the task.
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "srun" {
+            continue;
+        }
         // The state letter follows the command name in parentheses.
         let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
         let fields: Vec<&str> = stat
@@ -81,8 +87,7 @@ pub fn tasks_of(root: &Path) -> Vec<Task> {
             stopped: state_letter == 'T',
             net: net_of(pid),
             group,
-            trainer: std::fs::read_to_string(e.path().join("comm"))
-                .is_ok_and(|c| c.trim() == "hadar-trainer"),
+            trainer: comm.trim() == "hadar-trainer",
         });
     }
     out
