@@ -4,4 +4,5 @@
 pub mod conformance;
 pub mod gavel_continuous;
 pub mod round_switch;
+pub mod slurm_cluster;
 pub mod ssh_hosts;

@@ -192,15 +192,7 @@ async fn gangs_span_daemons_on_docker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gangs_span_nodes_on_slurm() {
-    let up = std::process::Command::new("scontrol")
-        .arg("ping")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("UP"))
-        .unwrap_or(false);
-    assert!(
-        up,
-        "slurmctld is not running: start the test cluster with `sudo scripts/slurm-cluster.sh up`"
-    );
+    hadar_tests::slurm_cluster::assert_up();
     let expected = [("v100a", "v100"), ("v100b", "v100"), ("k80a", "k80")]
         .map(|(name, kind)| ExpectedNode {
             name: name.into(),

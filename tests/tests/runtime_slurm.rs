@@ -37,15 +37,7 @@ gpus = { k80 = 4 }
 "#;
 
 fn slurm_up() {
-    let up = Command::new("scontrol")
-        .arg("ping")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("UP"))
-        .unwrap_or(false);
-    assert!(
-        up,
-        "slurmctld is not running: start the test cluster with `sudo scripts/slurm-cluster.sh up`"
-    );
+    hadar_tests::slurm_cluster::assert_up();
 }
 
 fn cluster() -> Cluster {

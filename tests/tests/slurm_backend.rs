@@ -19,15 +19,7 @@ use hadar_tests::conformance::{spec, Harness, Target};
 /// The directory tasks run in: on this machine, which the test cluster's
 /// nodes share.
 fn shared_dir() -> tempfile::TempDir {
-    let up = std::process::Command::new("scontrol")
-        .arg("ping")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("UP"))
-        .unwrap_or(false);
-    assert!(
-        up,
-        "slurmctld is not running: start the test cluster with `sudo scripts/slurm-cluster.sh up`"
-    );
+    hadar_tests::slurm_cluster::assert_up();
     tempfile::tempdir().expect("tempdir")
 }
 

@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{BackendError, TaskHandle, TaskSpec, TaskState};
+use crate::{BackendError, TaskHandle, TaskSpec, TaskState, TaskStatus};
 
 /// How a task's processes are laid out (the jobs file's `ranks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -228,6 +228,92 @@ pub fn join_rank_ids(ids: &[(usize, String)]) -> String {
     }
 }
 
+/// What every backend checks of a spec before it starts anything: a
+/// command, and a version-1 task (one process) on one node.
+pub fn check_launch(spec: &TaskSpec) -> Result<(), BackendError> {
+    if spec.argv.is_empty() {
+        return Err(BackendError::Invalid(format!(
+            "job {}: empty command",
+            spec.job_name
+        )));
+    }
+    if spec.placement.len() != 1 && !spec.ranks.spans_nodes() {
+        return Err(BackendError::Invalid(format!(
+            "job {}: a task of protocol version 1 runs as one process on one node, not on {} \
+             nodes (set `ranks` in the jobs file to run one process per GPU or per node)",
+            spec.job_name,
+            spec.placement.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Starts every rank of `spec` side by side (`launch` starts one and
+/// returns its id on its node); the task's handle, ids in rank order. If a
+/// rank fails to start, `undo` gets those that did (rank and id), so that no
+/// part of a gang is left running, and the first error is returned.
+///
+/// The test hook `rank-launched` ([`crate::testing`]) fires once each rank
+/// of a task of several has started: a kill there leaves part of a gang.
+pub async fn launch_ranks<L, LF, U, UF>(
+    spec: &TaskSpec,
+    launch: L,
+    undo: U,
+) -> Result<TaskHandle, BackendError>
+where
+    L: Fn(Rank) -> LF,
+    LF: std::future::Future<Output = Result<String, BackendError>>,
+    U: FnOnce(Vec<(Rank, String)>) -> UF,
+    UF: std::future::Future<Output = ()>,
+{
+    let ranks = spec.ranks();
+    let several = ranks.len() > 1;
+    let launches = ranks.iter().cloned().map(|rank| {
+        let started = launch(rank);
+        async move {
+            let res = started.await;
+            if several && res.is_ok() {
+                crate::testing::crash_point("rank-launched");
+            }
+            res
+        }
+    });
+    let results = futures_util::future::join_all(launches).await;
+    let world = ranks.len();
+    let mut started = Vec::new();
+    let mut failed = None;
+    for (rank, res) in ranks.into_iter().zip(results) {
+        match res {
+            Ok(id) => started.push((rank, id)),
+            Err(e) => {
+                failed.get_or_insert_with(|| in_gang(e, rank.rank, world));
+            }
+        }
+    }
+    if let Some(e) = failed {
+        if !started.is_empty() {
+            undo(started).await;
+        }
+        return Err(e);
+    }
+    let ids: Vec<(usize, String)> = started.into_iter().map(|(r, id)| (r.node, id)).collect();
+    Ok(spec.handle(join_rank_ids(&ids)))
+}
+
+/// A launch error of rank `rank` of a gang of `world`, saying which rank it
+/// was (a lost node keeps its kind: the runtime drops the node).
+fn in_gang(e: BackendError, rank: u32, world: usize) -> BackendError {
+    match e {
+        BackendError::Launch { node, message } if world > 1 => BackendError::Launch {
+            node,
+            message: format!(
+                "rank {rank} of {world}: {message} (the ranks that had started were stopped)"
+            ),
+        },
+        e => e,
+    }
+}
+
 /// A task's state from its ranks' (rank 0 first): running while every rank
 /// runs or only clean exits happened; exited once all have (rank 0's code,
 /// unless another rank failed); broken when a rank failed or vanished while
@@ -250,6 +336,29 @@ pub fn gang_state(ranks: &[TaskState]) -> TaskState {
         },
         _ => TaskState::Running,
     }
+}
+
+/// A gang's status from its ranks' (rank 0 first): their combined state
+/// ([`gang_state`]), rank 0's report.
+pub fn gang_status(ranks: Vec<TaskStatus>) -> TaskStatus {
+    let states: Vec<TaskState> = ranks.iter().map(|s| s.state).collect();
+    TaskStatus {
+        state: gang_state(&states),
+        report: ranks.into_iter().next().and_then(|s| s.report),
+    }
+}
+
+/// Whether the ranks `find` found, as `(rank, world size)` in rank order
+/// with one entry per rank, are a whole gang: ranks 0 to world - 1, all of
+/// one world size. Anything less is part of a gang, which cannot train.
+pub fn whole_gang(found: &[(u32, usize)]) -> bool {
+    let world = found.first().map_or(0, |f| f.1);
+    world > 0
+        && found.len() == world
+        && found
+            .iter()
+            .enumerate()
+            .all(|(i, &(rank, w))| rank as usize == i && w == world)
 }
 
 #[cfg(test)]

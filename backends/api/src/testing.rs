@@ -6,10 +6,10 @@
 //! the point named `launched`. Unset, the hook costs one environment lookup.
 //!
 //! Points: `launched` (the runtime, after a round's launches, before their
-//! handles are saved); `rank-launched` (the local and Slurm backends, once
-//! a rank of a task of several is launched: the Slurm backend launches a
-//! task's ranks side by side, so the others may be launched, waiting for
-//! their step, or not yet asked for).
+//! handles are saved); `rank-launched` (every backend, through
+//! [`crate::ranks::launch_ranks`], once a rank of a task of several has
+//! started: its siblings, launched side by side, may have started, be
+//! starting, or not be asked for yet).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

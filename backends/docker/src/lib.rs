@@ -53,7 +53,9 @@ use bollard::query_parameters::{
 use bollard::{Docker, API_DEFAULT_VERSION};
 use futures_util::{StreamExt, TryStreamExt};
 use hadar_backend::protocol::last_report;
-use hadar_backend::ranks::{gang_state, join_rank_ids, log_name, rank_ids};
+use hadar_backend::ranks::{
+    check_launch, gang_status, join_rank_ids, launch_ranks, log_name, rank_ids, whole_gang,
+};
 use hadar_backend::registry::{BackendInputs, Factory};
 use hadar_backend::{
     stop_sequence, Backend, BackendError, Capabilities, Rank, Signal, StopPolicy, TaskHandle,
@@ -506,16 +508,6 @@ fn log_rank(name: &str, ranks: usize) -> Option<usize> {
         .parse()
         .ok()?;
     (r > 0 && r < ranks && log_name(r as u32) == name).then_some(r)
-}
-
-/// A gang's status from its ranks' (rank 0 first): their combined state,
-/// rank 0's report.
-fn gang_status(ranks: Vec<TaskStatus>) -> TaskStatus {
-    let states: Vec<TaskState> = ranks.iter().map(|s| s.state).collect();
-    TaskStatus {
-        state: gang_state(&states),
-        report: ranks.into_iter().next().and_then(|s| s.report),
-    }
 }
 
 /// A container `find` listed: its id, where it was found, its place in its
@@ -1029,12 +1021,47 @@ impl DockerBackend {
         Ok(())
     }
 
+    /// Refuses a gang whose ranks on other daemons could not reach rank 0:
+    /// without host networking each container advertises its own bridge
+    /// address, which no other daemon's containers reach (the rendezvous
+    /// works, the collectives hang); a rank 0 on this machine's daemon
+    /// (`unix://`) would be told to the others as `127.0.0.1`, their own
+    /// loopback.
+    fn check_gang_can_meet(&self, spec: &TaskSpec) -> Result<(), BackendError> {
+        let url = |node: &str| self.nodes.get(node).map(|n| n.url.as_str());
+        let lead = spec.node();
+        if spec.placement.iter().all(|p| url(&p.node) == url(lead)) {
+            return Ok(());
+        }
+        if self.options.network != "host" {
+            return Err(BackendError::Invalid(format!(
+                "job {}: its ranks span Docker daemons, which needs host networking (network \
+                 {:?} gives each container an address the other daemons cannot reach): set \
+                 network = \"host\" in [backend.docker]",
+                spec.job_name, self.options.network
+            )));
+        }
+        match self.nodes.get(lead) {
+            Some(n) if n.peer_address.is_none() && n.url.starts_with("unix://") => {
+                Err(BackendError::Invalid(format!(
+                    "job {}: rank 0 runs on node {lead}, whose daemon is this machine's ({}): \
+                     ranks on other daemons cannot reach it at 127.0.0.1; give node {lead} a \
+                     `peer_address` in the cluster file (the address the other nodes reach \
+                     this machine at)",
+                    spec.job_name, n.url
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Removes what was started of a gang whose launch failed half-way
     /// (forced: running containers are killed with it), so that no part of
     /// a gang is left running.
-    async fn kill_started(&self, spec: &TaskSpec, started: &[(String, String)]) {
-        for (node, id) in started {
-            if let Err(e) = self.remove(node, id).await {
+    async fn kill_started(&self, spec: &TaskSpec, started: Vec<(Rank, String)>) {
+        for (rank, id) in started {
+            let node = &spec.placement[rank.node].node;
+            if let Err(e) = self.remove(node, &id).await {
                 eprintln!(
                     "hadar: job {}: removing its started container {id} on {node}: {e}",
                     spec.job_name
@@ -1244,20 +1271,8 @@ impl Backend for DockerBackend {
     }
 
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
-        if spec.argv.is_empty() {
-            return Err(BackendError::Invalid(format!(
-                "job {}: empty command",
-                spec.job_name
-            )));
-        }
-        if spec.placement.len() != 1 && !spec.ranks.spans_nodes() {
-            return Err(BackendError::Invalid(format!(
-                "job {}: a task of protocol version 1 runs in one container on one node, not \
-                 {} (set `ranks` in the jobs file to run one container per GPU or per node)",
-                spec.job_name,
-                spec.placement.len()
-            )));
-        }
+        check_launch(spec)?;
+        self.check_gang_can_meet(spec)?;
         self.runs.lock().await.insert(spec.run.clone());
         let mut nodes: Vec<&str> = Vec::new();
         for p in &spec.placement {
@@ -1268,28 +1283,12 @@ impl Backend for DockerBackend {
         for node in nodes {
             self.prepare(spec, node).await?;
         }
-        let ranks = spec.ranks();
-        let launched =
-            futures_util::future::join_all(ranks.iter().map(|r| self.launch_rank(spec, r))).await;
-        let mut ids = Vec::new();
-        let mut started = Vec::new();
-        let mut failed = None;
-        for (rank, res) in ranks.iter().zip(launched) {
-            match res {
-                Ok(id) => {
-                    started.push((spec.placement[rank.node].node.clone(), id.clone()));
-                    ids.push((rank.node, id));
-                }
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = failed {
-            self.kill_started(spec, &started).await;
-            return Err(e);
-        }
-        Ok(spec.handle(join_rank_ids(&ids)))
+        launch_ranks(
+            spec,
+            |rank| async move { self.launch_rank(spec, &rank).await },
+            |started| self.kill_started(spec, started),
+        )
+        .await
     }
 
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
@@ -1326,12 +1325,19 @@ impl Backend for DockerBackend {
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
+        let mut first_error = None;
+        // Every rank's container is tried before an error is returned.
         for (node, id) in own_containers(task)? {
-            if self.seen(&node, &id, &task.token).await?.is_some() {
-                self.remove(&node, &id).await?;
+            let removed = match self.seen(&node, &id, &task.token).await {
+                Ok(Some(_)) => self.remove(&node, &id).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = removed {
+                first_error.get_or_insert(e);
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Every rank of the task by its token, on every node of the handle.
@@ -1359,14 +1365,11 @@ impl Backend for DockerBackend {
         // found on the rank's own node (its label) is kept.
         live.sort_by_key(|(r, _, g, c)| (*r, c.node != *g));
         live.dedup_by_key(|(r, ..)| *r);
-        let Some(world) = live.first().map(|(_, w, ..)| *w) else {
+        if live.is_empty() {
             return Ok(None);
-        };
-        let complete = live.len() == world as usize
-            && live
-                .iter()
-                .enumerate()
-                .all(|(i, (r, w, ..))| *r == i as u32 && *w == world);
+        }
+        let ranks: Vec<(u32, usize)> = live.iter().map(|(r, w, ..)| (*r, *w as usize)).collect();
+        let complete = whole_gang(&ranks);
         if complete {
             let ids: Vec<(usize, String)> =
                 live.iter().map(|(.., c)| (c.node, c.id.clone())).collect();
@@ -1832,5 +1835,61 @@ mod tests {
         assert!(untar_one(&tar, &out).unwrap());
         assert_eq!(std::fs::read(&out).unwrap(), b"hello");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_gang_that_could_not_meet_is_refused_saying_how_to_fix_it() {
+        let at = |name: &str, url: &str, peer: Option<&str>| DockerNode {
+            name: name.into(),
+            url: url.into(),
+            peer_address: peer.map(str::to_string),
+            ..node(false, true)
+        };
+        let backend = |network: &str, local_peer: Option<&str>| {
+            DockerBackend::new(
+                [
+                    at("here", "unix:///var/run/docker.sock", local_peer),
+                    at("there", "tcp://10.0.0.2:2375", None),
+                ],
+                DockerOptions {
+                    network: network.into(),
+                    ..Default::default()
+                },
+            )
+        };
+        let gang = |lead: &str, other: &str| {
+            let mut s = spec();
+            s.ranks = hadar_backend::Ranks::Gpu;
+            s.placement = [lead, other]
+                .map(|n| NodeGpus {
+                    node: n.into(),
+                    gpus: vec![0],
+                    gpu_types: vec!["v100".into()],
+                })
+                .to_vec();
+            s
+        };
+        let ok = backend("host", None);
+        assert!(ok.check_gang_can_meet(&gang("there", "here")).is_ok());
+        assert!(
+            ok.check_gang_can_meet(&gang("here", "here")).is_ok(),
+            "one daemon"
+        );
+        let err = ok
+            .check_gang_can_meet(&gang("here", "there"))
+            .expect_err("rank 0 on this machine's daemon, no peer_address")
+            .to_string();
+        assert!(
+            err.contains("`peer_address`") && err.contains("node here"),
+            "{err}"
+        );
+        assert!(backend("host", Some("10.0.0.1"))
+            .check_gang_can_meet(&gang("here", "there"))
+            .is_ok());
+        let err = backend("bridge", Some("10.0.0.1"))
+            .check_gang_can_meet(&gang("there", "here"))
+            .expect_err("bridge networking across daemons")
+            .to_string();
+        assert!(err.contains("network = \"host\""), "{err}");
     }
 }

@@ -21,7 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hadar_backend::protocol::ReportReader;
-use hadar_backend::ranks::{gang_state, join_rank_ids, log_name, rank_ids};
+use hadar_backend::ranks::{
+    check_launch, gang_state, join_rank_ids, launch_ranks, log_name, rank_ids,
+};
 use hadar_backend::registry::{BackendInputs, Factory};
 use hadar_backend::{
     stop_sequence, Backend, BackendError, Capabilities, Rank, StopPolicy, TaskHandle, TaskSpec,
@@ -283,20 +285,7 @@ impl Backend for LocalBackend {
 
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
         let node = spec.node();
-        if spec.argv.is_empty() {
-            return Err(BackendError::Invalid(format!(
-                "job {}: empty command",
-                spec.job_name
-            )));
-        }
-        if spec.placement.len() != 1 && !spec.ranks.spans_nodes() {
-            return Err(BackendError::Invalid(format!(
-                "job {}: a task of protocol version 1 runs on one node, not {} (set `ranks` \
-                 in the jobs file to run one process per GPU or per node)",
-                spec.job_name,
-                spec.placement.len()
-            )));
-        }
+        check_launch(spec)?;
         let dir = &spec.workdir;
         std::fs::create_dir_all(dir).map_err(|e| BackendError::io(node, dir, e))?;
         for f in &spec.inputs {
@@ -305,24 +294,20 @@ impl Backend for LocalBackend {
                 std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(node, &to, e))?;
             }
         }
-        let mut ids: Vec<(usize, String)> = Vec::new();
-        for rank in spec.ranks() {
-            if rank.rank > 0 {
-                hadar_backend::testing::crash_point("rank-launched");
-            }
-            match self.spawn(spec, &rank) {
-                Ok(pid) => ids.push((rank.node, pid.to_string())),
-                Err(e) => {
-                    // No part of a gang is left running.
-                    let started = spec.handle(join_rank_ids(&ids));
-                    if !ids.is_empty() {
-                        self.signal(&started, NixSignal::SIGKILL as i32)?;
-                    }
-                    return Err(e);
+        launch_ranks(
+            spec,
+            |rank| async move { self.spawn(spec, &rank).map(|pid| pid.to_string()) },
+            |started| async move {
+                // No part of a gang is left running.
+                let ids: Vec<(usize, String)> =
+                    started.into_iter().map(|(r, id)| (r.node, id)).collect();
+                let handle = spec.handle(join_rank_ids(&ids));
+                if let Err(e) = self.signal(&handle, NixSignal::SIGKILL as i32) {
+                    tracing::warn!("job {}: killing its started ranks: {e}", spec.job_name);
                 }
-            }
-        }
-        Ok(spec.handle(join_rank_ids(&ids)))
+            },
+        )
+        .await
     }
 
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {

@@ -46,7 +46,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hadar_backend::protocol::ReportReader;
-use hadar_backend::ranks::{gang_state, join_rank_ids, log_name, rank_ids};
+use hadar_backend::ranks::{
+    check_launch, gang_state, join_rank_ids, launch_ranks, log_name, rank_ids, whole_gang,
+};
 use hadar_backend::registry::{BackendInputs, Factory};
 use hadar_backend::{
     stop_sequence, Backend, BackendError, Capabilities, Rank, Signal, StopPolicy, TaskHandle,
@@ -313,16 +315,10 @@ struct FoundStep {
     name: String,
 }
 
-/// Whether `found` (by rank) is a whole gang: ranks 0 to world - 1 of one
-/// world size.
+/// Whether `found` (by rank, one step per rank) is a whole gang.
 fn complete(found: &[FoundStep]) -> bool {
-    let world = found.first().map_or(0, |f| f.world);
-    world > 0
-        && found.len() == world
-        && found
-            .iter()
-            .enumerate()
-            .all(|(i, f)| f.rank as usize == i && f.world == world)
+    let ranks: Vec<(u32, usize)> = found.iter().map(|f| (f.rank, f.world)).collect();
+    whole_gang(&ranks)
 }
 
 /// Whether some rank of a task in `state` may still run.
@@ -767,10 +763,15 @@ impl SlurmBackend {
         signal: Signal,
         max_age: Duration,
     ) -> Result<(), BackendError> {
-        for step in steps_of(task)? {
-            self.send_step(&step, signal, max_age).await?;
-        }
-        Ok(())
+        let steps = steps_of(task)?;
+        let sent = futures_util::future::join_all(
+            steps
+                .iter()
+                .map(|step| self.send_step(step, signal, max_age)),
+        )
+        .await;
+        // Every rank is signalled before an error is returned.
+        sent.into_iter().collect()
     }
 
     /// Signals one step, only while it runs and is ours.
@@ -794,7 +795,8 @@ impl SlurmBackend {
     }
 
     /// The steps of the task named after `base` that `squeue` lists (a view
-    /// at most `max_age` old), by rank.
+    /// at most `max_age` old), by rank: the first of each rank, then any
+    /// other step of a rank already listed (a launch made twice).
     async fn found_steps(
         &self,
         task: &TaskHandle,
@@ -817,8 +819,19 @@ impl SlurmBackend {
             })
             .collect();
         found.sort_by_key(|f| f.rank);
-        found.dedup_by_key(|f| f.rank);
         Ok(found)
+    }
+
+    /// Ends what a launch given up after its srun was spawned may have
+    /// started: the step, if srun said its id (ours: our own srun's), and
+    /// the srun, so that no rank is left to run unwatched.
+    async fn abandon(&self, srun: &mut tokio::process::Child, said: &Mutex<Said>) {
+        let step = said.lock().unwrap_or_else(|e| e.into_inner()).step.clone();
+        if let Some(id) = step {
+            let _ = self.ctl(&cmd::scancel_signal_argv(&id, "KILL")).await;
+            let _ = self.ctl(&cmd::scancel_argv(&id)).await;
+        }
+        let _ = srun.start_kill();
     }
 
     /// An error unless `node` is in the allocation and answers.
@@ -942,7 +955,7 @@ impl SlurmBackend {
                 return Err(err);
             }
             if Instant::now() >= deadline {
-                let _ = srun.start_kill();
+                self.abandon(&mut srun, &said).await;
                 let s = said.lock().unwrap_or_else(|e| e.into_inner());
                 return Err(failed(&s, "the step did not start in time"));
             }
@@ -963,15 +976,13 @@ impl SlurmBackend {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let id = said
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .step
-            .clone()
-            .ok_or_else(|| BackendError::Launch {
+        let Some(id) = said.lock().unwrap_or_else(|e| e.into_inner()).step.clone() else {
+            self.abandon(&mut srun, &said).await;
+            return Err(BackendError::Launch {
                 node: node.into(),
-                message: "srun did not say the step's id".into(),
-            })?;
+                message: "srun did not say the step's id (its srun was killed)".into(),
+            });
+        };
         if let Some(step) = lease::step_number(&id, a.job) {
             if let Some(l) = self
                 .lease
@@ -1051,20 +1062,7 @@ impl Backend for SlurmBackend {
     }
 
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
-        if spec.argv.is_empty() {
-            return Err(BackendError::Invalid(format!(
-                "job {}: empty command",
-                spec.job_name
-            )));
-        }
-        if spec.placement.len() != 1 && !spec.ranks.spans_nodes() {
-            return Err(BackendError::Invalid(format!(
-                "job {}: a task of protocol version 1 runs on one node, not {} (set `ranks` \
-                 in the jobs file to run one process per GPU or per node)",
-                spec.job_name,
-                spec.placement.len()
-            )));
-        }
+        check_launch(spec)?;
         // The site's options for every step, then the job's own (srun
         // takes the last of an option given twice: the job's wins).
         let job_args = step_options::job_srun_args(&spec.options).map_err(|m| {
@@ -1091,44 +1089,36 @@ impl Backend for SlurmBackend {
                 std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(node, &to, e))?;
             }
         }
-        let ranks = spec.ranks();
-        let launched = futures_util::future::join_all(ranks.iter().map(|r| async {
-            let res = self.launch_step(spec, &a, &extra, r, ranks.len()).await;
-            if res.is_ok() && ranks.len() > 1 {
-                hadar_backend::testing::crash_point("rank-launched");
-            }
-            res
-        }))
-        .await;
-        let mut ids = Vec::new();
-        let mut failed = None;
-        for (rank, res) in ranks.iter().zip(launched) {
-            match res {
-                Ok(id) => ids.push((rank.node, id)),
-                Err(e) => {
-                    failed.get_or_insert(e);
+        let world = spec.ranks().len();
+        let (a, extra) = (&a, &extra);
+        launch_ranks(
+            spec,
+            |rank| async move { self.launch_step(spec, a, extra, &rank, world).await },
+            |started| async move {
+                // No part of a gang is left running.
+                for (rank, id) in started {
+                    let step = StepRef {
+                        id,
+                        name: cmd::rank_step_name(&spec.token, rank.rank, rank.node, world),
+                    };
+                    if let Err(e) = self.send_step(&step, Signal::Kill, STOP_REFRESH).await {
+                        tracing::warn!("job {}: killing its started ranks: {e}", spec.job_name);
+                    }
+                    self.launched
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&step.id);
                 }
-            }
-        }
-        if let Some(e) = failed {
-            // No part of a gang is left running.
-            for (rank, (node, id)) in ids.iter().enumerate() {
-                let step = StepRef {
-                    id: id.clone(),
-                    name: cmd::rank_step_name(&spec.token, rank as u32, *node, ranks.len()),
-                };
-                if let Err(k) = self.send_step(&step, Signal::Kill, STOP_REFRESH).await {
-                    tracing::warn!("job {}: killing its started ranks: {k}", spec.job_name);
-                }
-            }
-            return Err(e);
-        }
-        Ok(spec.handle(join_rank_ids(&ids)))
+            },
+        )
+        .await
     }
 
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
         let state = self.state(task, self.options.poll).await?;
-        if state == TaskState::Running || matches!(state, TaskState::Exited { code: None }) {
+        // A rank that vanished may have lost its node: said as such, so that
+        // the node is dropped and not planned again.
+        if !matches!(state, TaskState::Exited { code: Some(_) }) {
             self.check_node(task).await?;
         }
         self.read_status(task, state)
@@ -1209,8 +1199,31 @@ impl Backend for SlurmBackend {
                 found = self.found_steps(task, &base, Duration::ZERO).await?;
             }
         }
+        // A rank found twice (a launch made twice) keeps its first step; the
+        // others are ours by name and are killed, never left to run.
+        let mut twice = Vec::new();
+        found.dedup_by(|later, first| {
+            let same = later.rank == first.rank;
+            if same {
+                twice.push(later.clone());
+            }
+            same
+        });
         if found.is_empty() {
             return Ok(None);
+        }
+        let whole = complete(&found);
+        let killed = if whole {
+            twice
+        } else {
+            [twice, found.clone()].concat()
+        };
+        for f in &killed {
+            let step = StepRef {
+                id: f.id.clone(),
+                name: f.name.clone(),
+            };
+            self.send_step(&step, Signal::Kill, Duration::ZERO).await?;
         }
         let handle = TaskHandle {
             id: join_rank_ids(
@@ -1221,20 +1234,10 @@ impl Backend for SlurmBackend {
             ),
             ..task.clone()
         };
-        if !complete(&found) {
-            // Part of a gang (a run killed between its ranks' launches, or a
-            // rank died while no run watched): it cannot train; its steps
-            // are ours, by name, and are killed so that none is left.
-            for f in &found {
-                let step = StepRef {
-                    id: f.id.clone(),
-                    name: f.name.clone(),
-                };
-                self.send_step(&step, Signal::Kill, Duration::ZERO).await?;
-            }
-            return Ok(None);
-        }
-        Ok(Some(handle))
+        // Part of a gang (a run killed between its ranks' launches, or a
+        // rank died while no run watched) cannot train: its steps were
+        // killed above, so that none is left.
+        Ok(whole.then_some(handle))
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {

@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hadar_backend::protocol::last_report;
-use hadar_backend::ranks::{gang_state, join_rank_ids, log_name, rank_ids};
+use hadar_backend::ranks::{
+    check_launch, gang_status, join_rank_ids, launch_ranks, log_name, rank_ids, whole_gang,
+};
 use hadar_backend::registry::{BackendInputs, Factory};
 use hadar_backend::{
     Backend, BackendError, Capabilities, Rank, StopPolicy, TaskHandle, TaskSpec, TaskState,
@@ -706,24 +708,19 @@ impl SshBackend {
     }
 
     /// Kills what was started of a gang whose launch failed half-way.
-    async fn kill_started(&self, spec: &TaskSpec, ids: &[(usize, String)]) {
-        if ids.is_empty() {
-            return;
+    async fn kill_started(&self, spec: &TaskSpec, started: Vec<(Rank, String)>) {
+        let handle = spec.handle("");
+        for (rank, pid) in started {
+            let p = RankProc {
+                rank: rank.rank,
+                node: spec.placement[rank.node].node.clone(),
+                pid: pid.parse().unwrap_or(0),
+            };
+            let task = handle.clone();
+            if let Err(e) = self.run(move |b| b.kill_blocking(&task, &p)).await {
+                tracing::warn!("job {}: killing its started ranks: {e}", spec.job_name);
+            }
         }
-        let handle = spec.handle(join_rank_ids(ids));
-        if let Err(e) = self.each_rank(&handle, Inner::kill_blocking).await {
-            tracing::warn!("job {}: killing its started ranks: {e}", spec.job_name);
-        }
-    }
-}
-
-/// A gang's status from its ranks' (rank 0 first): their combined state,
-/// rank 0's report.
-fn gang_status(ranks: Vec<TaskStatus>) -> TaskStatus {
-    let states: Vec<TaskState> = ranks.iter().map(|s| s.state).collect();
-    TaskStatus {
-        state: gang_state(&states),
-        report: ranks.into_iter().next().and_then(|s| s.report),
     }
 }
 
@@ -753,20 +750,7 @@ impl Backend for SshBackend {
     }
 
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
-        if spec.argv.is_empty() {
-            return Err(BackendError::Invalid(format!(
-                "job {}: empty command",
-                spec.job_name
-            )));
-        }
-        if spec.placement.len() != 1 && !spec.ranks.spans_nodes() {
-            return Err(BackendError::Invalid(format!(
-                "job {}: a task of protocol version 1 runs on one host, not {} (set `ranks` \
-                 in the jobs file to run one process per GPU or per node)",
-                spec.job_name,
-                spec.placement.len()
-            )));
-        }
+        check_launch(spec)?;
         // Input files first (the checkpoint to resume from), on every host:
         // each rank sees the same files.
         for p in &spec.placement {
@@ -777,25 +761,12 @@ impl Backend for SshBackend {
                     .await?;
             }
         }
-        let ranks = spec.ranks();
-        let launched =
-            futures_util::future::join_all(ranks.iter().map(|r| self.launch_rank(spec, r))).await;
-        let mut ids = Vec::new();
-        let mut failed = None;
-        for (rank, res) in ranks.iter().zip(launched) {
-            match res {
-                Ok(pid) => ids.push((rank.node, pid.to_string())),
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = failed {
-            // No part of a gang is left running.
-            self.kill_started(spec, &ids).await;
-            return Err(e);
-        }
-        Ok(spec.handle(join_rank_ids(&ids)))
+        launch_ranks(
+            spec,
+            |rank| async move { self.launch_rank(spec, &rank).await.map(|p| p.to_string()) },
+            |started| self.kill_started(spec, started),
+        )
+        .await
     }
 
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
@@ -846,11 +817,11 @@ impl Backend for SshBackend {
         }
         found.sort();
         found.dedup_by_key(|f| f.rank);
-        let Some(world) = found.first().map(|f| f.world) else {
+        if found.is_empty() {
             return Ok(None);
-        };
-        let complete = found.len() == world as usize
-            && found.iter().enumerate().all(|(i, f)| f.rank == i as u32);
+        }
+        let ranks: Vec<(u32, usize)> = found.iter().map(|f| (f.rank, f.world as usize)).collect();
+        let complete = whole_gang(&ranks);
         let handle = TaskHandle {
             id: join_rank_ids(
                 &found

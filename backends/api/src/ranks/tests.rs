@@ -166,3 +166,91 @@ fn a_gang_breaks_when_one_rank_fails_and_ends_when_all_have() {
     assert_eq!(gang_state(&[Exited { code: None }]), Exited { code: None });
     assert_eq!(gang_state(&[Running]), Running);
 }
+
+#[tokio::test]
+async fn ranks_launch_side_by_side_and_a_failure_undoes_the_started_ones() {
+    let s = spec(
+        Ranks::Gpu,
+        &[("a", &[(0, "v100"), (1, "v100")]), ("b", &[(0, "k80")])],
+    );
+    let h = launch_ranks(
+        &s,
+        |r| async move { Ok(format!("p{}", r.rank)) },
+        |_| async { panic!("nothing to undo") },
+    )
+    .await
+    .expect("launch");
+    assert_eq!(h.id, "0:p0,0:p1,1:p2", "ids in rank order with their nodes");
+    assert_eq!(h.nodes, ["a", "b"]);
+
+    let undone = std::sync::Mutex::new(Vec::new());
+    let err = launch_ranks(
+        &s,
+        |r| async move {
+            if r.rank == 1 {
+                Err(BackendError::Launch {
+                    node: "a".into(),
+                    message: "rank 1 cannot start".into(),
+                })
+            } else {
+                Ok(format!("p{}", r.rank))
+            }
+        },
+        |started| {
+            let undone = &undone;
+            async move {
+                undone
+                    .lock()
+                    .unwrap()
+                    .extend(started.into_iter().map(|(r, id)| (r.rank, id)));
+            }
+        },
+    )
+    .await
+    .expect_err("rank 1 failed");
+    let err = err.to_string();
+    assert!(
+        err.contains("node a") && err.contains("rank 1 of 3: rank 1 cannot start"),
+        "{err}"
+    );
+    assert_eq!(
+        *undone.lock().unwrap(),
+        [(0, "p0".to_string()), (2, "p2".to_string())],
+        "every rank that started, and only those"
+    );
+}
+
+#[test]
+fn a_launch_needs_a_command_and_a_version_one_task_one_node() {
+    let two_nodes = [("a", &[(0, "v100")][..]), ("b", &[(0, "k80")][..])];
+    assert!(check_launch(&spec(Ranks::Gpu, &two_nodes)).is_ok());
+    let err = check_launch(&spec(Ranks::Task, &two_nodes))
+        .expect_err("version 1 on two nodes")
+        .to_string();
+    assert!(
+        err.contains("job j") && err.contains("set `ranks`"),
+        "{err}"
+    );
+    let mut empty = spec(Ranks::Task, &two_nodes[..1]);
+    empty.argv.clear();
+    assert!(check_launch(&empty)
+        .expect_err("no command")
+        .to_string()
+        .contains("empty command"));
+}
+
+#[test]
+fn a_whole_gang_is_every_rank_of_one_world() {
+    assert!(whole_gang(&[(0, 1)]));
+    assert!(whole_gang(&[(0, 3), (1, 3), (2, 3)]));
+    for part in [
+        &[][..],
+        &[(0, 2)],
+        &[(1, 2)],
+        &[(0, 2), (1, 3)],
+        &[(0, 2), (0, 2)],
+        &[(0, 2), (2, 2)],
+    ] {
+        assert!(!whole_gang(part), "{part:?}");
+    }
+}
