@@ -549,7 +549,11 @@ impl RealRounds<'_> {
             match res {
                 Ok(handle) => {
                     ledger.started.insert(key, self.now());
-                    self.state.running.push(record(key, handle));
+                    let task = record(key, handle);
+                    if let Some(p) = self.state.jobs.get_mut(key.0 as usize) {
+                        p.ran_on(&task.gpus, &task.gpu_types);
+                    }
+                    self.state.running.push(task);
                 }
                 Err(e) => match e.lost_node() {
                     Some(node) => {

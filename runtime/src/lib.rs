@@ -312,6 +312,9 @@ pub struct JobOutcome {
     /// Iterations done and then lost (a task killed before its checkpoint,
     /// a lost node, a deleted checkpoint): done again, and counted here.
     pub lost_iterations: u64,
+    /// Where its tasks ran, each placement once (`v100a:v100+k80a:k80`: a
+    /// gang's ranks on two nodes; at most 16 kept).
+    pub ran_on: Vec<String>,
 }
 
 /// What a run did: the loop's metrics (as `hadar simulate` reports them)
@@ -611,6 +614,7 @@ fn outcomes(config: &RunConfig, state: &RunState, result: &RunResult) -> Vec<Job
                 accuracy: p.metrics.get("accuracy").copied(),
                 metrics: p.metrics.clone(),
                 lost_iterations: p.lost,
+                ran_on: p.ran_on.clone(),
             }
         })
         .collect()

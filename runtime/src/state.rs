@@ -80,6 +80,59 @@ pub struct JobProgress {
     /// How many of its tasks in a row ended without leaving a checkpoint.
     #[serde(default)]
     pub without_checkpoint: u32,
+    /// Where its tasks ran: each distinct placement once, in the order
+    /// first used ([`placement_label`]), at most [`MAX_PLACEMENTS`].
+    #[serde(default)]
+    pub ran_on: Vec<String>,
+}
+
+/// The most placements [`JobProgress::ran_on`] keeps (a long run moves a
+/// job often; the state stays small).
+pub const MAX_PLACEMENTS: usize = 16;
+
+impl JobProgress {
+    /// Notes that a task of the job ran on `gpus` (node, index) of `types`.
+    pub fn ran_on(&mut self, gpus: &[(String, u32)], types: &[String]) {
+        let label = placement_label(gpus, types);
+        if self.ran_on.len() < MAX_PLACEMENTS && !self.ran_on.contains(&label) {
+            self.ran_on.push(label);
+        }
+    }
+}
+
+/// A task's GPUs for humans, node by node: `v100a:v100+k80a:k80`, or
+/// `g1:2xa100` for two GPUs of one type on one node.
+pub fn placement_label(gpus: &[(String, u32)], types: &[String]) -> String {
+    // Nodes in placement order, each with its GPUs counted by type.
+    let mut parts: Vec<(&str, BTreeMap<&str, usize>)> = Vec::new();
+    for (i, (node, _)) in gpus.iter().enumerate() {
+        let ty = types.get(i).map_or("?", String::as_str);
+        let at = match parts.iter().position(|(n, _)| n == node) {
+            Some(at) => at,
+            None => {
+                parts.push((node, BTreeMap::new()));
+                parts.len() - 1
+            }
+        };
+        *parts[at].1.entry(ty).or_default() += 1;
+    }
+    parts
+        .into_iter()
+        .map(|(node, kinds)| {
+            let kinds: Vec<String> = kinds
+                .into_iter()
+                .map(|(ty, n)| {
+                    if n > 1 {
+                        format!("{n}x{ty}")
+                    } else {
+                        ty.to_string()
+                    }
+                })
+                .collect();
+            format!("{node}:{}", kinds.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 /// The saved state of a run.
@@ -219,6 +272,34 @@ pub(crate) fn copy_atomic(from: &Path, to: &Path) -> Result<(), RunError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn placements_are_labelled_node_by_node_and_kept_once() {
+        let g = |v: &[(&str, u32)]| -> Vec<(String, u32)> {
+            v.iter().map(|(n, i)| (n.to_string(), *i)).collect()
+        };
+        let t = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+        assert_eq!(
+            super::placement_label(&g(&[("v100a", 0), ("k80a", 0)]), &t(&["v100", "k80"])),
+            "v100a:v100+k80a:k80"
+        );
+        assert_eq!(
+            super::placement_label(
+                &g(&[("g1", 0), ("g1", 1), ("g1", 2)]),
+                &t(&["a100", "a100", "t4"])
+            ),
+            "g1:2xa100,t4"
+        );
+        let mut p = super::JobProgress::default();
+        for _ in 0..2 {
+            p.ran_on(&g(&[("a", 0)]), &t(&["v100"]));
+        }
+        assert_eq!(p.ran_on, ["a:v100"], "once");
+        for i in 0..40 {
+            p.ran_on(&g(&[("n", i)]), &t(&[&format!("t{i}")]));
+        }
+        assert_eq!(p.ran_on.len(), super::MAX_PLACEMENTS, "bounded");
+    }
+
     use super::*;
 
     fn state(jobs: usize) -> RunState {

@@ -111,6 +111,15 @@ async fn every_gang_finishes_with(cluster: &str, backend: Arc<dyn Backend>, jobs
         assert!(j.iterations >= 3000, "{j:?}");
         assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
     }
+    // The report says where: the trio's ranks on three nodes, two types.
+    let trio = report.jobs.iter().find(|j| j.name == "trio").expect("trio");
+    assert!(
+        trio.ran_on
+            .iter()
+            .any(|p| p.matches('+').count() == 2 && p.contains(":v100") && p.contains(":k80")),
+        "{:?}",
+        trio.ran_on
+    );
     // Some task's ranks 0 and 1 said different nodes (the test nodes share
     // this machine's filesystem).
     let tasks = dir.path().join("tasks");

@@ -55,6 +55,8 @@ struct Node {
     _shared_fs: Option<toml::Value>,
     #[serde(rename = "nvidia")]
     _nvidia: Option<toml::Value>,
+    #[serde(rename = "peer_address")]
+    _peer_address: Option<toml::Value>,
 }
 
 /// Hosts and options from a cluster file's TOML. `base` is the directory

@@ -456,6 +456,7 @@ fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Resul
         "lost",
         "accuracy",
         "loss",
+        "ran on",
     ])
     .left_columns(2);
     for j in &report.jobs {
@@ -468,10 +469,37 @@ fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Resul
             j.lost_iterations.to_string(),
             m("accuracy"),
             m("loss"),
+            ran_on(&j.ran_on),
         ]);
     }
     print!("{}", t.render());
     Ok(())
+}
+
+/// `ran_on` of a job of `hadar status --json`'s list.
+fn jobs_ran_on(j: &serde_json::Value) -> Vec<String> {
+    j["ran_on"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A job's placements for the report: node:type per GPU, a gang's nodes
+/// joined by `+`, placements by `, ` (at most three shown, then a count).
+fn ran_on(placements: &[String]) -> String {
+    match placements.len() {
+        0 => "-".into(),
+        1..=3 => escape(&placements.join(", ")),
+        _ => format!(
+            "{}, and {} more",
+            escape(&placements[..3].join(", ")),
+            placements.len() - 3
+        ),
+    }
 }
 
 fn hadar_runtime_now() -> f64 {
@@ -524,6 +552,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
                 "lost": p.lost,
                 "finished_s": js.and_then(|j| j.finish_s),
                 "metrics": p.metrics,
+                "ran_on": p.ran_on,
             })
         })
         .collect();
@@ -565,6 +594,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         "lost",
         "finished at s",
         "accuracy",
+        "ran on",
     ])
     .left_columns(2);
     for j in &jobs {
@@ -581,6 +611,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             j["metrics"]["accuracy"]
                 .as_f64()
                 .map_or("-".into(), |x| format!("{x:.3}")),
+            ran_on(&jobs_ran_on(j)),
         ]);
     }
     println!(

@@ -110,10 +110,11 @@ pub fn jobs_file(dir: &Path, trainer: &Path) -> PathBuf {
 pub fn example_jobs(dir: &Path, trainer: &Path, example: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let text = std::fs::read_to_string(root.join(example)).expect("example");
-    let text = text.replace(
-        "\"../../target/release/hadar-trainer\"",
-        &format!("\"{}\"", trainer.display()),
-    );
+    // The examples name the trainer on PATH or in a release build.
+    let this_build = format!("\"{}\"", trainer.display());
+    let text = text
+        .replace("\"../../target/release/hadar-trainer\"", &this_build)
+        .replace("[\"hadar-trainer\"]", &format!("[{this_build}]"));
     let path = dir.join("jobs.toml");
     std::fs::write(&path, text).expect("jobs");
     path
