@@ -388,21 +388,27 @@ fn runs_over_ssh_with_a_host_dropped_lose_and_duplicate_nothing() {
     );
 }
 
-/// Gangs of ranks across one-GPU nodes (examples/multinode) on the local
-/// backend, under the same faults, and hadar killed also between the
-/// launches of one task's ranks (`rank-launched`); a killed or stopped
-/// trainer is then one rank of a gang. `HADAR_GANG_CAMPAIGN_RUNS` changes
-/// the number of runs (default 6).
-#[test]
-fn gangs_across_nodes_under_faults_lose_and_duplicate_nothing() {
-    let (hadar, trainer) = binaries();
-    let runs: u64 = std::env::var("HADAR_GANG_CAMPAIGN_RUNS")
+/// A gang campaign: `runs` runs (default, or `runs_var` from the
+/// environment) of examples/multinode's jobs on `backend` (`cluster`: the
+/// cluster file), hadar killed -9 at random and by the test hook also once
+/// a rank of a task of several has started (`rank-launched`); a killed or
+/// stopped trainer is then one rank of a gang. Seeds from `seed`.
+fn gang_campaign(
+    backend: &str,
+    cluster: PathBuf,
+    trainer: &Path,
+    runs_var: &str,
+    runs: u64,
+    seed: u64,
+) {
+    let (hadar, _) = binaries();
+    let runs: u64 = std::env::var(runs_var)
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(6);
+        .unwrap_or(runs);
     let setup = Setup {
-        cluster: Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/multinode/cluster.toml"),
-        args: vec![],
+        cluster,
+        args: vec!["--backend".into(), backend.into()],
         remote: None,
         faulty_attempts: 3,
         jobs: "examples/multinode/jobs.toml",
@@ -410,13 +416,13 @@ fn gangs_across_nodes_under_faults_lose_and_duplicate_nothing() {
     };
     let mut total = Counts::default();
     let started = Instant::now();
-    for seed in 0..runs {
-        let c = campaign_run(200 + seed, "hadar", &setup, hadar, &trainer);
-        eprintln!("gang run {seed}: {c:?}");
+    for i in 0..runs {
+        let c = campaign_run(seed + i, "hadar", &setup, hadar, trainer);
+        eprintln!("{backend} gang run {i}: {c:?}");
         add(&mut total, &c);
     }
     eprintln!(
-        "gang campaign: {runs} runs in {:.0} s, all completed: {total:?}",
+        "{backend} gang campaign: {runs} runs in {:.0} s, all completed: {total:?}",
         started.elapsed().as_secs_f64()
     );
     assert!(
@@ -425,14 +431,34 @@ fn gangs_across_nodes_under_faults_lose_and_duplicate_nothing() {
     );
 }
 
+fn multinode_cluster() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/multinode/cluster.toml")
+}
+
+/// Gangs of ranks across one-GPU nodes (examples/multinode) on the local
+/// backend (nodes are labels). `HADAR_GANG_CAMPAIGN_RUNS` changes the number
+/// of runs (default 6).
+#[test]
+fn gangs_across_nodes_under_faults_lose_and_duplicate_nothing() {
+    let (_, trainer) = binaries();
+    let cluster = multinode_cluster();
+    gang_campaign(
+        "local",
+        cluster,
+        &trainer,
+        "HADAR_GANG_CAMPAIGN_RUNS",
+        6,
+        200,
+    );
+}
+
 /// The gang campaign on Slurm: the same jobs on the test cluster's nodes
 /// (`scripts/slurm-cluster.sh up`) as one-GPU nodes of two types, each rank
-/// a job step; hadar killed -9 also once a rank's step is launched while
-/// its siblings' sruns may still wait for theirs (`rank-launched`).
-/// `HADAR_SLURM_GANG_CAMPAIGN_RUNS` changes the number of runs (default 3).
+/// a job step. `HADAR_SLURM_GANG_CAMPAIGN_RUNS` changes the number of runs
+/// (default 4).
 #[test]
 fn gangs_on_slurm_under_faults_lose_and_duplicate_nothing() {
-    let (hadar, trainer) = binaries();
+    let (_, trainer) = binaries();
     let up = Command::new("scontrol")
         .arg("ping")
         .output()
@@ -442,39 +468,52 @@ fn gangs_on_slurm_under_faults_lose_and_duplicate_nothing() {
         up,
         "slurmctld is not running: start the test cluster with `sudo scripts/slurm-cluster.sh up`"
     );
-    let runs: u64 = std::env::var("HADAR_SLURM_GANG_CAMPAIGN_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = dir.path().join("cluster.toml");
-    // The allocation the backend tests hold is found by its name and used.
-    std::fs::write(
-        &cluster,
-        "[backend.slurm]\npartition = \"hadar\"\nallocation_name = \"hadar-tests\"\n\
-         poll_seconds = 1\n\n\
-         [[node]]\nname = \"v100a\"\ngpus = { v100 = 1 }\n\n\
-         [[node]]\nname = \"v100b\"\ngpus = { v100 = 1 }\n\n\
-         [[node]]\nname = \"k80a\"\ngpus = { k80 = 1 }\n",
-    )
-    .expect("cluster");
-    let setup = Setup {
+    // examples/multinode's cluster, with the allocation the backend tests
+    // hold (found by its name and used).
+    let text = std::fs::read_to_string(multinode_cluster()).expect("cluster");
+    let text = text.replace(
+        "allocation_name = \"hadar-multinode\"",
+        "allocation_name = \"hadar-tests\"",
+    );
+    assert!(
+        text.contains("hadar-tests"),
+        "the example's allocation name moved"
+    );
+    std::fs::write(&cluster, text).expect("cluster");
+    gang_campaign(
+        "slurm",
         cluster,
-        args: vec!["--backend".into(), "slurm".into()],
-        remote: None,
-        faulty_attempts: 3,
-        jobs: "examples/multinode/jobs.toml",
-        crash_points: &["launched", "rank-launched"],
-    };
-    let mut total = Counts::default();
-    let started = Instant::now();
-    for seed in 0..runs {
-        let c = campaign_run(300 + seed, "hadar", &setup, hadar, &trainer);
-        eprintln!("slurm gang run {seed}: {c:?}");
-        add(&mut total, &c);
-    }
-    eprintln!(
-        "slurm gang campaign: {runs} runs in {:.0} s, all completed: {total:?}",
-        started.elapsed().as_secs_f64()
+        &trainer,
+        "HADAR_SLURM_GANG_CAMPAIGN_RUNS",
+        4,
+        300,
+    );
+}
+
+/// The gang campaign on Docker: examples/multinode's cluster (two daemons
+/// in network namespaces and this machine's, `scripts/docker-hosts.sh up`),
+/// each rank a container of the test image, under the same faults.
+/// `HADAR_DOCKER_GANG_CAMPAIGN_RUNS` changes the number of runs (default 4).
+#[test]
+fn gangs_on_docker_under_faults_lose_and_duplicate_nothing() {
+    let dir =
+        std::env::var("HADAR_DOCKER_DIR").unwrap_or_else(|_| "/var/lib/hadar-test-docker".into());
+    let endpoints = std::fs::read_to_string(format!("{dir}/endpoints")).unwrap_or_default();
+    assert!(
+        endpoints.contains("d1 ") && endpoints.contains("d2 "),
+        "the Docker test daemons are not up: run `sudo scripts/docker-hosts.sh up`"
+    );
+    // The trainer as the test image has it.
+    let trainer = Path::new("/usr/local/bin/hadar-trainer");
+    let cluster = multinode_cluster();
+    gang_campaign(
+        "docker",
+        cluster,
+        trainer,
+        "HADAR_DOCKER_GANG_CAMPAIGN_RUNS",
+        4,
+        400,
     );
 }

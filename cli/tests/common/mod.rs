@@ -62,10 +62,11 @@ pub fn tasks_of(root: &Path) -> Vec<Task> {
                 .map(|v| String::from_utf8_lossy(&v[p.len()..]).into_owned())
                 .unwrap_or_default()
         };
-        // Slurm's `srun` carries a step's environment to pass it on: the
-        // launcher, not the task.
+        // Slurm's `srun` carries a step's environment to pass it on, and a
+        // container's init (Docker's `init: true`) has the container's: each
+        // a launcher in front of the task, not the task.
         let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "srun" {
+        if matches!(comm.trim(), "srun" | "docker-init") {
             continue;
         }
         // The state letter follows the command name in parentheses.
