@@ -435,9 +435,9 @@ pub fn check_placeable(jobs: &[RunJob], cluster: &Cluster, multi_node: bool) -> 
             return Err(Error::Inconsistent {
                 location: Location::new("the jobs file").field(format!("job[{i}].ranks")),
                 message: format!(
-                    "job `{}`: this backend does not start ranks yet (job protocol version 2 \
-                     runs on the local and SSH backends); leave `ranks` out to run it as one \
-                     process on one node",
+                    "job `{}`: this backend does not start ranks (job protocol version 2 \
+                     runs on the local, SSH, Slurm and Docker backends); leave `ranks` out to \
+                     run it as one process on one node",
                     j.name
                 ),
             });

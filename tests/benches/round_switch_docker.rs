@@ -6,13 +6,14 @@
 //!
 //!   cargo bench -p hadar-tests --bench round_switch_docker
 //!   cargo test --release -p hadar-tests --bench round_switch_docker   # same, quicker to build
+//!   HADAR_BENCH_GANG=2 cargo bench -p hadar-tests --bench round_switch_docker   # 16 tasks of 2 ranks on 2 daemons
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hadar_backend_docker::{DockerBackend, DockerNode, DockerOptions};
-use hadar_tests::round_switch::{run, Setup};
+use hadar_tests::round_switch::{gang_from_env, run, Setup};
 
 fn backend() -> DockerBackend {
     let node = |name: &str, url: &str, shared_fs: bool| DockerNode {
@@ -22,7 +23,9 @@ fn backend() -> DockerBackend {
         ssh_key: None,
         shared_fs,
         nvidia: false,
-        peer_address: None,
+        // This machine's daemon: the others reach a rank 0 here at the test
+        // bridge's address (tasks of two ranks, HADAR_BENCH_GANG=2).
+        peer_address: (name == "local").then(|| "10.79.0.1".into()),
     };
     DockerBackend::new(
         [
@@ -56,7 +59,7 @@ fn main() {
             trainer: "/usr/local/bin/hadar-trainer".into(),
             root: root.path(),
             calls: Box::new(|| None),
-            gang: 1,
+            gang: gang_from_env(),
         },
         "3 Docker daemons",
     );
