@@ -1,7 +1,8 @@
 //! Real runs on the Slurm test cluster (`scripts/slurm-cluster.sh up`):
 //! six jobs of the example trainer, two with gangs of 2, under Hadar and
 //! under HadarE, every task a job step of one allocation; a node lost
-//! mid-run (its slurmd killed), whose jobs finish elsewhere; the backend's
+//! mid-run (its slurmd killed), whose jobs finish elsewhere, also under
+//! one rank of a gang; the backend's
 //! own report of a node whose slurmd was killed; and a dropped run resumed
 //! in the same allocation.
 
@@ -406,4 +407,127 @@ async fn an_interrupted_run_resumes_in_the_same_allocation() {
         assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
     }
     assert!(allocation().is_empty(), "released at the end");
+}
+
+/// One GPU on each V100 node, two on the K80 node: a pair of ranks starts
+/// across v100a and v100b (its fastest type) and, v100b lost, can only go
+/// on across v100a and k80a.
+const GANG_CLUSTER: &str = r#"
+[[node]]
+name = "v100a"
+gpus = { v100 = 1 }
+[[node]]
+name = "v100b"
+gpus = { v100 = 1 }
+[[node]]
+name = "k80a"
+gpus = { k80 = 2 }
+"#;
+
+/// Pids of the run's ranks (their checkpoint directory under `root`) that
+/// say they run on `node` (`HADAR_NODE`); every node here is this machine.
+fn ranks_on(root: &Path, node: &str) -> Vec<u32> {
+    let dir = format!("HADAR_CHECKPOINT_DIR={}/", root.display());
+    let on = format!("HADAR_NODE={node}");
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat
+                .rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+            // srun carries its step's environment: the launcher, not a rank.
+            comm.trim() != "srun"
+                && !zombie
+                && vars.iter().any(|v| v.starts_with(dir.as_bytes()))
+                && vars.contains(&on.as_bytes())
+        })
+        .collect()
+}
+
+/// A node lost while it holds one rank of a gang: v100b's slurmd killed
+/// while a pair runs across v100a and v100b. The run drops v100b, stops the
+/// pair's rank on v100a (a gang fails as a whole), and the job finishes
+/// from its checkpoint across v100a and k80a; nothing of the run is left on
+/// the nodes it still reaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_lost_under_one_rank_stops_the_gang_and_the_job_finishes_elsewhere() {
+    slurm_up();
+    let _one = ONE_RUN.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = tempfile::tempdir().expect("tempdir");
+    let trainer = local_trainer().display().to_string();
+    // Long enough that the pair outlasts the controller's SlurmdTimeout.
+    let jobs = format!(
+        "[[job]]\nname = \"pair\"\ncommand = [\"{trainer}\"]\niterations = 80000\ngang = 2\n\
+         ranks = \"gpu\"\nthroughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
+         env = {{ HADAR_TRAINER_ITER_US = \"300\", HADAR_TRAINER_PEER_TIMEOUT_S = \"60\" }}\n"
+    );
+    let cluster = Cluster::from_toml_str(GANG_CLUSTER, "cluster.toml").expect("cluster");
+    let config = RunConfig {
+        cluster: Arc::new(cluster.clone()),
+        jobs: parse_jobs(&jobs, "jobs.toml").expect("jobs"),
+        ..run_config(PolicyKind::Hadar, 1, dir.path(), remote.path())
+    };
+    let b: Arc<dyn Backend> = Arc::new(backend(&cluster));
+    let handle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(run(&config, b, &mut |_| {}))
+    });
+    let started = Instant::now();
+    while ranks_on(remote.path(), "v100b").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the pair never ran on v100b"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let pidfile = format!("{SLURM_DIR}/run/slurmd-v100b.pid");
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap_or_else(|e| panic!("{pidfile}: {e}"))
+        .trim()
+        .to_string();
+    let killed = Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill -9 {pid}");
+    let report = handle.join().expect("join");
+    // The rank on v100b is out of the run's reach, as on a partitioned
+    // cluster: the test removes it before anything else can fail.
+    let stranded = ranks_on(remote.path(), "v100b");
+    for pid in &stranded {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    revive_v100b();
+    let report = report.expect("the run completes without v100b");
+    let pair = &report.jobs[0];
+    assert_eq!(pair.state, "finished", "{pair:?}");
+    assert!(pair.iterations >= 80000, "{pair:?}");
+    assert!(
+        pair.ran_on.iter().any(|p| p.contains("v100b"))
+            && pair.ran_on.iter().any(|p| p.contains("k80a")),
+        "across v100b first, then k80a: {:?}",
+        pair.ran_on
+    );
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert_eq!(
+        state.loop_state.expect("the loop's state").gone,
+        vec!["v100b".to_string()]
+    );
+    for node in ["v100a", "k80a"] {
+        assert_eq!(
+            ranks_on(remote.path(), node),
+            Vec::<u32>::new(),
+            "left on {node}"
+        );
+    }
 }
