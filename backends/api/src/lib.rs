@@ -237,6 +237,34 @@ pub fn task_file(task: &TaskHandle, name: &str) -> Result<PathBuf, BackendError>
     Ok(task.workdir.join(name))
 }
 
+/// `launch`'s first step on a backend whose nodes share this machine's
+/// filesystem (local, Slurm): the task's directory, and its input files
+/// copied in once (every rank sees them).
+pub fn stage_inputs_here(spec: &TaskSpec) -> Result<(), BackendError> {
+    let (node, dir) = (spec.node(), &spec.workdir);
+    std::fs::create_dir_all(dir).map_err(|e| BackendError::io(node, dir, e))?;
+    for f in &spec.inputs {
+        let to = task_file(&spec.handle(""), &f.name)?;
+        if f.local != to {
+            std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(node, &to, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// `fetch` on a backend whose nodes share this machine's filesystem: the
+/// task's file `name` copied to `local`; `false` if the task has none.
+pub fn fetch_here(task: &TaskHandle, name: &str, local: &Path) -> Result<bool, BackendError> {
+    let remote = task_file(task, name)?;
+    if !remote.is_file() {
+        return Ok(false);
+    }
+    if remote != local {
+        std::fs::copy(&remote, local).map_err(|e| BackendError::io(task.node(), local, e))?;
+    }
+    Ok(true)
+}
+
 /// Where a task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskState {

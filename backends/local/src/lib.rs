@@ -284,16 +284,8 @@ impl Backend for LocalBackend {
     }
 
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
-        let node = spec.node();
         check_launch(spec)?;
-        let dir = &spec.workdir;
-        std::fs::create_dir_all(dir).map_err(|e| BackendError::io(node, dir, e))?;
-        for f in &spec.inputs {
-            let to = dir.join(&f.name);
-            if f.local != to {
-                std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(node, &to, e))?;
-            }
-        }
+        hadar_backend::stage_inputs_here(spec)?;
         launch_ranks(
             spec,
             |rank| async move { self.spawn(spec, &rank).map(|pid| pid.to_string()) },
@@ -335,14 +327,7 @@ impl Backend for LocalBackend {
         name: &str,
         local: &Path,
     ) -> Result<bool, BackendError> {
-        let remote = hadar_backend::task_file(task, name)?;
-        if !remote.is_file() {
-            return Ok(false);
-        }
-        if remote != local {
-            std::fs::copy(&remote, local).map_err(|e| BackendError::io(task.node(), local, e))?;
-        }
-        Ok(true)
+        hadar_backend::fetch_here(task, name, local)
     }
 
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {

@@ -268,7 +268,6 @@ async fn run(argv: &[String]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-use hadar_backend::task_file as file_in;
 
 /// One step of a task: a rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1079,16 +1078,8 @@ impl Backend for SlurmBackend {
         for p in &spec.placement {
             self.check_allocated(&a, &p.node).await?;
         }
-        // The nodes share this machine's filesystem: the inputs are placed
-        // once, and every rank sees them.
-        let (node, dir) = (spec.node(), &spec.workdir);
-        std::fs::create_dir_all(dir).map_err(|e| BackendError::io(node, dir, e))?;
-        for f in &spec.inputs {
-            let to = file_in(&spec.handle(""), &f.name)?;
-            if f.local != to {
-                std::fs::copy(&f.local, &to).map_err(|e| BackendError::io(node, &to, e))?;
-            }
-        }
+        // The nodes share this machine's filesystem.
+        hadar_backend::stage_inputs_here(spec)?;
         let world = spec.ranks().len();
         let (a, extra) = (&a, &extra);
         launch_ranks(
@@ -1156,14 +1147,7 @@ impl Backend for SlurmBackend {
         name: &str,
         local: &Path,
     ) -> Result<bool, BackendError> {
-        let remote = file_in(task, name)?;
-        if !remote.is_file() {
-            return Ok(false);
-        }
-        if remote != local {
-            std::fs::copy(&remote, local).map_err(|e| BackendError::io(task.node(), local, e))?;
-        }
-        Ok(true)
+        hadar_backend::fetch_here(task, name, local)
     }
 
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
