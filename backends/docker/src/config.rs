@@ -145,8 +145,10 @@ fn check_mount(m: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// The keys of a node that this backend reads. Other backends' keys may sit
+/// on the same node: the cluster file's reader refuses a key no registered
+/// backend reads (`Cluster::from_toml_str_with_keys`), so none is listed here.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct Node {
     name: Option<String>,
     #[serde(rename = "count")]
@@ -164,11 +166,6 @@ struct Node {
     #[serde(default)]
     nvidia: bool,
     peer_address: Option<String>,
-    // Keys of other backends may sit on the same node.
-    address: Option<toml::Value>,
-    port: Option<toml::Value>,
-    user: Option<toml::Value>,
-    key: Option<toml::Value>,
 }
 
 /// Whether `host` (of a `tcp://host:port` URL) is a loopback address.
@@ -297,7 +294,6 @@ pub fn from_toml(
             ));
         }
         check_url(&url, spec.insecure, &tls, &field("docker"))?;
-        let _ = (spec.address, spec.port, spec.user, spec.key);
         if spec
             .peer_address
             .as_deref()
