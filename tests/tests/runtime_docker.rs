@@ -1,6 +1,7 @@
 //! Real runs on the Docker test daemons (`scripts/docker-hosts.sh up`): six
 //! example-trainer jobs (two gangs of 2) across three daemons under Hadar
-//! and HadarE, and a run that loses one daemon (dockerd killed) mid-run.
+//! and HadarE, and a run that loses one daemon (dockerd killed) mid-run,
+//! also one that holds a rank of a gang.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,7 +42,9 @@ fn backend() -> DockerBackend {
         ssh_key: None,
         shared_fs,
         nvidia: false,
-        peer_address: None,
+        // This machine's daemon: the namespace daemons' containers reach a
+        // rank 0 here at the test bridge's address.
+        peer_address: (name == "local").then(|| "10.79.0.1".into()),
     };
     DockerBackend::new(
         [
@@ -288,5 +291,88 @@ async fn a_killed_hadar_resumes_without_running_a_task_twice() {
     assert!(
         twins.is_empty(),
         "a (job, copy) ran twice at once: {twins:?}"
+    );
+}
+
+/// A daemon lost while it holds one rank of a gang: a pair of ranks across
+/// d1 and d2 (one V100 each; the K80s are on this machine's daemon), d2's
+/// dockerd killed. The run drops d2, stops the pair's rank on d1 (a gang
+/// fails as a whole), and the job finishes from its checkpoint across d1
+/// and the local daemon; nothing of the run is left on the daemons it
+/// still reaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_lost_under_one_rank_stops_the_gang_and_the_job_finishes_elsewhere() {
+    let _one = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = tempfile::tempdir().expect("tempdir");
+    let cluster = "[[node]]\nname = \"local\"\ngpus = { k80 = 2 }\n\
+                   [[node]]\nname = \"d1\"\ngpus = { v100 = 1 }\n\
+                   [[node]]\nname = \"d2\"\ngpus = { v100 = 1 }\n";
+    let jobs = format!(
+        "[[job]]\nname = \"pair\"\ncommand = [\"/usr/local/bin/hadar-trainer\"]\n\
+         iterations = 40000\ngang = 2\nranks = \"gpu\"\n\
+         throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
+         env = {{ HADAR_TRAINER_ITER_US = \"300\", HADAR_TRAINER_PEER_TIMEOUT_S = \"60\" }}\n\
+         options = {{ image = \"{IMAGE}\" }}\n"
+    );
+    let config = RunConfig {
+        cluster: Arc::new(Cluster::from_toml_str(cluster, "cluster.toml").expect("cluster")),
+        jobs: parse_jobs(&jobs, "jobs.toml").expect("jobs"),
+        ..run_config(PolicyKind::Hadar, dir.path(), remote.path())
+    };
+    let b: Arc<dyn Backend> = Arc::new(backend());
+    let handle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(run(&config, b, &mut |_| {}))
+    });
+    let on_d2 = || {
+        let out = Command::new("docker")
+            .args(["-H", URLS[2], "ps", "-q", "--filter", "label=hadar.job"])
+            .output()
+            .expect("docker ps");
+        !out.stdout.is_empty()
+    };
+    let started = std::time::Instant::now();
+    while !on_d2() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the pair never ran on d2"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pid = std::fs::read_to_string(Path::new(RUN_DIR).join("d2.pid")).expect("d2's pid");
+    let killed = Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "could not kill d2's dockerd ({pid})");
+    let report = handle.join().expect("join");
+    // d2 back for the other tests (its stranded rank goes with its restart).
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/docker-hosts.sh");
+    let up = Command::new(&script)
+        .arg("up")
+        .status()
+        .expect("docker-hosts.sh up");
+    let report = report.expect("the run completes without d2");
+    assert!(up.success(), "d2's dockerd did not start again");
+    let pair = &report.jobs[0];
+    assert_eq!(pair.state, "finished", "{pair:?}");
+    assert!(pair.iterations >= 40000, "{pair:?}");
+    assert!(
+        pair.ran_on.iter().any(|p| p.contains("d2:"))
+            && pair.ran_on.iter().any(|p| p.contains("local:")),
+        "across d2 first, then the local daemon: {:?}",
+        pair.ran_on
+    );
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert_eq!(
+        state.loop_state.expect("the loop's state").gone,
+        vec!["d2".to_string()]
+    );
+    assert_eq!(
+        left_over(dir.path(), &URLS[..2]),
+        0,
+        "nothing of the run is left on the local daemon or d1"
     );
 }

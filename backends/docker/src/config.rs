@@ -459,7 +459,6 @@ gpus = { k80 = 1 }
                 "[[node]]\nname='x'\ndocker='unix:///s'\ncount=2\ngpus={v100=1}",
                 "one machine",
             ),
-            ("[[node]]\ndockr='unix:///s'\ngpus={v100=1}", "node[0]"),
             ("[backend.docker]\nimage=1\n", "backend.docker"),
             ("[backend.docker]\nshm_size_mb=0\n", "shm_size_mb"),
             ("[backend.docker]\ntimeout_seconds=nan\n", "timeout_seconds"),

@@ -268,7 +268,6 @@ async fn run(argv: &[String]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-
 /// One step of a task: a rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct StepRef {
@@ -794,8 +793,8 @@ impl SlurmBackend {
     }
 
     /// The steps of the task named after `base` that `squeue` lists (a view
-    /// at most `max_age` old), by rank: the first of each rank, then any
-    /// other step of a rank already listed (a launch made twice).
+    /// at most `max_age` old), by rank; a rank listed twice (a launch made
+    /// twice) keeps both, in `squeue`'s order (`find` kills the later).
     async fn found_steps(
         &self,
         task: &TaskHandle,
