@@ -136,6 +136,27 @@ async fn six_jobs_finish(policy: PolicyKind) {
     }
 }
 
+/// Kills d2's dockerd (-9: a daemon lost, not stopped).
+fn kill_d2() {
+    let pid = std::fs::read_to_string(Path::new(RUN_DIR).join("d2.pid")).expect("d2's pid");
+    let killed = Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "could not kill d2's dockerd ({pid})");
+}
+
+/// Starts d2's dockerd again, for the other tests (and later runs); whether
+/// it came up.
+fn revive_d2() -> bool {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/docker-hosts.sh");
+    Command::new(&script)
+        .arg("up")
+        .status()
+        .expect("docker-hosts.sh up")
+        .success()
+}
+
 // The three tests share the daemons: they run one after the other (the
 // lost-daemon test kills d2's dockerd and starts it again).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -164,21 +185,12 @@ async fn a_killed_dockerd_s_jobs_finish_elsewhere() {
         rt.block_on(run(&config, b, &mut |_| {}))
     });
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let pid = std::fs::read_to_string(Path::new(RUN_DIR).join("d2.pid")).expect("d2's pid");
-    let killed = Command::new("kill")
-        .args(["-9", pid.trim()])
-        .status()
-        .expect("kill");
-    assert!(killed.success(), "could not kill d2's dockerd ({pid})");
+    kill_d2();
     let report = handle.join().expect("join");
     // d2 back for the other tests (and later runs).
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/docker-hosts.sh");
-    let up = Command::new(&script)
-        .arg("up")
-        .status()
-        .expect("docker-hosts.sh up");
+    let up = revive_d2();
     let report = report.expect("the run completes without d2");
-    assert!(up.success(), "d2's dockerd did not start again");
+    assert!(up, "d2's dockerd did not start again");
     for j in &report.jobs {
         assert_eq!(j.state, "finished", "{j:?}");
         assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
@@ -341,21 +353,12 @@ async fn a_daemon_lost_under_one_rank_stops_the_gang_and_the_job_finishes_elsewh
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let pid = std::fs::read_to_string(Path::new(RUN_DIR).join("d2.pid")).expect("d2's pid");
-    let killed = Command::new("kill")
-        .args(["-9", pid.trim()])
-        .status()
-        .expect("kill");
-    assert!(killed.success(), "could not kill d2's dockerd ({pid})");
+    kill_d2();
     let report = handle.join().expect("join");
     // d2 back for the other tests (its stranded rank goes with its restart).
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/docker-hosts.sh");
-    let up = Command::new(&script)
-        .arg("up")
-        .status()
-        .expect("docker-hosts.sh up");
+    let up = revive_d2();
     let report = report.expect("the run completes without d2");
-    assert!(up.success(), "d2's dockerd did not start again");
+    assert!(up, "d2's dockerd did not start again");
     let pair = &report.jobs[0];
     assert_eq!(pair.state, "finished", "{pair:?}");
     assert!(pair.iterations >= 40000, "{pair:?}");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use hadar_backend::{Backend, Signal, StopPolicy};
 use hadar_backend_local::LocalBackend;
-use hadar_backend_slurm::{ExpectedNode, SlurmBackend, SlurmOptions};
+use hadar_backend_slurm::{ExpectedNode, SlurmBackend};
 use hadar_core::cluster::Cluster;
 use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
 use hadar_runtime::jobs::parse_jobs;
@@ -208,16 +208,7 @@ async fn gangs_span_nodes_on_slurm() {
             gpus: vec![(kind.into(), 1)],
         })
         .to_vec();
-    let backend = SlurmBackend::new(
-        SlurmOptions {
-            partition: Some("hadar".into()),
-            allocation_name: "hadar-tests".into(),
-            poll: Duration::from_millis(500),
-            allocation_wait_s: 60,
-            ..SlurmOptions::default()
-        },
-        expected,
-    );
+    let backend = SlurmBackend::new(hadar_tests::slurm_cluster::options(), expected);
     every_gang_finishes(SLURM_CLUSTER, Arc::new(backend)).await;
 }
 

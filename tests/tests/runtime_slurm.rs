@@ -65,12 +65,8 @@ fn backend_with(cluster: &Cluster, max_steps: u64) -> SlurmBackend {
         .collect();
     SlurmBackend::new(
         SlurmOptions {
-            partition: Some("hadar".into()),
-            allocation_name: "hadar-tests".into(),
-            poll: Duration::from_millis(500),
-            allocation_wait_s: 60,
             max_steps,
-            ..SlurmOptions::default()
+            ..hadar_tests::slurm_cluster::options()
         },
         expected,
     )

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hadar_backend::{Backend, BackendError, TaskState};
-use hadar_backend_slurm::{SlurmBackend, SlurmOptions};
+use hadar_backend_slurm::SlurmBackend;
 use hadar_tests::conformance::{spec, Harness, Target};
 
 /// The directory tasks run in: on this machine, which the test cluster's
@@ -23,15 +23,7 @@ fn shared_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
-pub fn options() -> SlurmOptions {
-    SlurmOptions {
-        partition: Some("hadar".into()),
-        allocation_name: "hadar-tests".into(),
-        poll: Duration::from_millis(500),
-        allocation_wait_s: 60,
-        ..SlurmOptions::default()
-    }
-}
+use hadar_tests::slurm_cluster::options;
 
 fn harness(node: &str) -> Harness {
     let dir = shared_dir();
