@@ -27,7 +27,7 @@ use hadar_core::state::JobsState;
 use crate::checkpoints::{incoming, install, latest};
 use crate::jobs::RunJob;
 use crate::parallel::{each as concurrently, fetch_checkpoints, launch_all, stop_each};
-use crate::state::{save_state, RunState, Running};
+use crate::state::{save_state, JobProgress, RunState, Running};
 use crate::{hang_limit, unix_now, Event, RunConfig, RunError};
 
 /// Executes rounds on a backend.
@@ -74,6 +74,30 @@ struct Ledger {
     /// Tasks of several nodes dropped with a lost node: their ranks on the
     /// nodes still up are stopped ([`RealRounds::stop_stranded`]).
     stranded: Vec<Running>,
+}
+
+/// Books a task's status into it and its job: the iterations it grew by
+/// (into `ledger`), when it last made progress, the job's latest metrics.
+fn absorb(
+    r: &mut Running,
+    jobs: &mut [JobProgress],
+    status: &TaskStatus,
+    ledger: &mut Ledger,
+    now: f64,
+) {
+    let Some(rep) = &status.report else {
+        return;
+    };
+    let grown = rep.iterations.saturating_sub(r.iterations);
+    if grown > 0 {
+        r.gap_s = r.gap_s.max(now - r.progress_s);
+        r.progress_s = now;
+    }
+    r.iterations = r.iterations.max(rep.iterations);
+    *ledger.steps.entry((r.job, r.copy)).or_default() += grown;
+    if !rep.metrics.is_empty() {
+        jobs[r.job as usize].metrics.clone_from(&rep.metrics);
+    }
 }
 
 impl RealRounds<'_> {
@@ -125,23 +149,10 @@ impl RealRounds<'_> {
         }
     }
 
-    /// Books a status into a running task; the iterations it grew by.
+    /// Books a status into the running task at `i`.
     fn absorb(&mut self, i: usize, status: &TaskStatus, ledger: &mut Ledger, now: f64) {
         let r = &mut self.state.running[i];
-        if let Some(rep) = &status.report {
-            let grown = rep.iterations.saturating_sub(r.iterations);
-            if grown > 0 {
-                r.gap_s = r.gap_s.max(now - r.progress_s);
-                r.progress_s = now;
-            }
-            r.iterations = r.iterations.max(rep.iterations);
-            *ledger.steps.entry((r.job, r.copy)).or_default() += grown;
-            if !rep.metrics.is_empty() {
-                self.state.jobs[r.job as usize]
-                    .metrics
-                    .clone_from(&rep.metrics);
-            }
-        }
+        absorb(r, &mut self.state.jobs, status, ledger, now);
     }
 
     /// Stops the tasks whose job's placement changed, collects their checkpoints.
@@ -206,11 +217,10 @@ impl RealRounds<'_> {
         for (mut r, res) in tasks.into_iter().zip(results) {
             match res {
                 Ok(status) => {
-                    if let Some(rep) = &status.report {
-                        let grown = rep.iterations.saturating_sub(r.iterations);
-                        r.iterations = r.iterations.max(rep.iterations);
-                        *ledger.steps.entry((r.job, r.copy)).or_default() += grown;
-                    }
+                    // The last report of a stopped task counts like any
+                    // other: its metrics too (they may be the job's only
+                    // ones, where no poll saw a report before the stop).
+                    absorb(&mut r, &mut self.state.jobs, &status, ledger, now);
                     ledger.ended.entry((r.job, r.copy)).or_insert(now);
                     by_job.entry(r.job).or_default().push(r);
                 }

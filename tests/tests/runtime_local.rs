@@ -353,3 +353,56 @@ async fn a_state_of_other_jobs_is_refused_not_discarded() {
     assert!(again.already_finished);
     assert_eq!(again.result.summary.jobs_completed, 4);
 }
+
+/// Moves the first active job to the other GPU of the fast node every
+/// round: each round stops its task.
+struct Alternate(u32);
+
+impl Scheduler for Alternate {
+    fn name(&self) -> &str {
+        "alternate"
+    }
+    fn plan(&mut self, ctx: &RoundContext<'_>) -> hadar_core::Result<Decision> {
+        self.0 += 1;
+        let tasks = ctx
+            .state
+            .active
+            .iter()
+            .take(1)
+            .map(|&job| Task {
+                job,
+                copy: 0,
+                gpus: vec![GpuId(self.0 % 2)],
+            })
+            .collect();
+        Ok(Decision {
+            tasks,
+            solved: false,
+        })
+    }
+}
+
+/// A task's last report, the one its stop returns, counts in full: where it
+/// is the only report that names metrics, they are the job's (before, a stop
+/// booked only the iterations, and a job could finish without metrics).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_seen_only_at_the_stop_gives_the_job_its_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Silent until stopped; then a checkpoint and one report of the whole job.
+    let script = "trap 'echo held > checkpoint.safetensors; \
+                  echo \"HADAR_PROGRESS {\\\"iterations\\\": 100, \\\"accuracy\\\": 0.75}\"; exit 0' TERM; \
+                  while :; do sleep 0.05; done";
+    let jobs = format!(
+        "[[job]]\nname = \"quiet\"\ncommand = [\"sh\", \"-c\", {script:?}]\niterations = 100\n\
+         throughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
+    );
+    let mut cfg = config(PolicyKind::Hadar, dir.path(), 100);
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    cfg.custom_scheduler = Some(CustomScheduler(Arc::new(|_| Ok(Box::new(Alternate(0))))));
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    let j = &report.jobs[0];
+    assert_eq!(j.state, "finished", "{j:?}");
+    assert_eq!(j.metrics.get("accuracy"), Some(&0.75), "{j:?}");
+}

@@ -126,6 +126,10 @@ const LOG_TAIL_BYTES: usize = 64 * 1024;
 /// A `wait` cut short by the trap returns 128 + the signal; the shell may
 /// already have reaped the task then, so one more `wait` fetches its real
 /// status (127 means there is none left to fetch).
+///
+/// The status is written to a side file and renamed into place: a reader
+/// never sees the exit file created but still empty (`>` creates, then
+/// writes), which it would read as "exited, status unknown".
 fn wrapper(exit_file: &str) -> String {
     format!(
         r#""$@" & c=$!
@@ -133,7 +137,7 @@ trap 'kill -TERM "$c" 2>/dev/null' TERM
 trap 'kill -INT "$c" 2>/dev/null' INT
 while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || break; done
 wait "$c" 2>/dev/null; t=$?; [ "$t" -ne 127 ] && s=$t
-echo "$s" > {exit_file}"#
+echo "$s" > {exit_file}.new && mv -f {exit_file}.new {exit_file}"#
     )
 }
 
@@ -234,7 +238,7 @@ fn launch_command(dir: &str, program: &str, words: &str, token: &str, rank: u32)
     let (log, exit) = (log_name(rank), exit_file(rank));
     format!(
         "mkdir -p {dir} && cd {dir} && if mkdir {marker} 2>/dev/null; then \
-         rm -f {exit} && \
+         rm -f {exit} {exit}.new && \
          {{ command -v {program} >/dev/null 2>&1 || \
          {{ rmdir {marker}; echo \"no such program\"; exit 127; }}; }} && \
          {{ {words} >> {log} 2>&1 < /dev/null & echo $! > {marker}/pid; cat {marker}/pid; }}; \
@@ -480,7 +484,8 @@ impl Inner {
         };
         Ok(format!(
             "cd {dir} 2>/dev/null; if [ -f {exit} ]; then echo \"exit $(cat {exit})\"; \
-             elif {}; then echo running; else echo gone; fi; {tail}",
+             elif {}; then echo running; \
+             elif [ -f {exit} ]; then echo \"exit $(cat {exit})\"; else echo gone; fi; {tail}",
             ours_and_alive(p.pid, &task.token)?
         ))
     }
@@ -539,9 +544,9 @@ impl Inner {
         self.kill_blocking(task, p)?;
         let dir = q(&task.workdir.display().to_string())?;
         let cmd = format!(
-            "rm -f {dir}/{} {dir}/{}; true",
+            "rm -f {dir}/{} {dir}/{exit} {dir}/{exit}.new; true",
             log_name(p.rank),
-            exit_file(p.rank)
+            exit = exit_file(p.rank)
         );
         self.exec(&p.node, &cmd).map(|_| ())
     }
@@ -871,5 +876,29 @@ mod tests {
                 f(0, 1, 0, 98)
             ]
         );
+    }
+
+    /// The wrapper, run by this machine's `sh` as a host runs it: the task's
+    /// status lands in the exit file whole (renamed into place, no side file
+    /// left), for a clean exit, a failure and a task killed by a signal.
+    #[test]
+    fn the_wrapper_writes_the_exit_status_whole() {
+        for (task, want) in [("exit 0", "0"), ("exit 3", "3"), ("kill -9 $$", "137")] {
+            let dir = tempfile::tempdir().unwrap();
+            let st = std::process::Command::new("sh")
+                .current_dir(dir.path())
+                .args(["-c", &wrapper(EXIT_FILE), "hadar-task", "sh", "-c", task])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success(), "{task}: {st:?}");
+            let got = std::fs::read_to_string(dir.path().join(EXIT_FILE)).unwrap();
+            assert_eq!(got.trim(), want, "{task}");
+            let names: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, vec![EXIT_FILE], "{task}: nothing else left");
+        }
     }
 }
