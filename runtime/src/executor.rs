@@ -477,9 +477,14 @@ impl RealRounds<'_> {
         let deadline = self.state.started_unix_s + round_start + self.config.round_s;
         self.check_checkpoints(plan, ledger);
         self.state.launches += 1;
+        // Not a job this round's stops just finished: the plan was made
+        // before they banked (HadarE's copies merged at the boundary can
+        // add up to the total), and a task of a finished job would outlive
+        // the run.
         let new: Vec<&Task> = plan
             .tasks
             .iter()
+            .filter(|t| !self.state.jobs[t.job.index()].complete)
             .filter(|t| {
                 !self
                     .state
@@ -927,6 +932,21 @@ impl RealRounds<'_> {
             .interrupt
             .load(std::sync::atomic::Ordering::SeqCst)
             || crate::control::stop_requested(&self.config.state_dir)
+    }
+
+    /// After the last round: a task still recorded (none should be: a
+    /// finished job starts none) is stopped and its checkpoint banked, so
+    /// that nothing outlives a finished run.
+    pub(crate) async fn wind_up(&mut self) -> Result<(), RunError> {
+        let left = std::mem::take(&mut self.state.running);
+        if left.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(
+            tasks = left.len(),
+            "every job is done but tasks are still recorded: stopping them"
+        );
+        self.finish_tasks(left, &mut Ledger::default()).await
     }
 
     /// Takes over the tasks a killed run recorded as being launched: found

@@ -450,6 +450,10 @@ pub async fn run(
         .map_err(RunError::from),
     };
     let result = match result {
+        Ok(r) => exec.wind_up().await.map(|()| r),
+        Err(e) => Err(e),
+    };
+    let result = match result {
         Ok(r) => Ok(r),
         Err(e) => Err(exec.halt(e).await),
     };

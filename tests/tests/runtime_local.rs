@@ -300,6 +300,11 @@ async fn copies_that_keep_their_gpus_are_still_merged_every_round() {
         rounds_of_job0_copy1.len() >= 2,
         "job 0's second copy started in one round only (never merged): {tasks:?}"
     );
+    // The round whose merge finished a job started no copies of it: the
+    // run ends with no task recorded (before, they lived on past the end).
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert!(state.running.is_empty(), "{:?}", state.running);
+    assert!(state.launching.is_empty(), "{:?}", state.launching);
 }
 
 /// Gives job 0 the same GPU twice.
@@ -405,4 +410,51 @@ async fn a_report_seen_only_at_the_stop_gives_the_job_its_metrics() {
     let j = &report.jobs[0];
     assert_eq!(j.state, "finished", "{j:?}");
     assert_eq!(j.metrics.get("accuracy"), Some(&0.75), "{j:?}");
+}
+
+/// HadarE's copies merged at a round boundary can add up to a job's total
+/// in the round whose plan still runs the job: that round starts no task of
+/// it, and the run ends with nothing recorded or alive (before, the new
+/// copies outlived the run: the probe's `--policy hadare`, gangs of 2,
+/// 2 s rounds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_finished_by_a_merge_starts_no_more_copies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trainer = local_trainer().display().to_string();
+    let mut jobs = String::new();
+    for (name, iterations, gang) in [("a", 20000, 2), ("b", 40000, 2), ("c", 30000, 1)] {
+        jobs.push_str(&format!(
+            "[[job]]\nname = \"{name}\"\ncommand = [\"{trainer}\"]\niterations = {iterations}\n\
+             gang = {gang}\nthroughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
+             env = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n\n"
+        ));
+    }
+    let mut cfg = config(PolicyKind::HadarE, dir.path(), 1);
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    cfg.round_s = 2.0;
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+    }
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert!(state.running.is_empty(), "{:?}", state.running);
+    assert!(state.launching.is_empty(), "{:?}", state.launching);
+    let alive = processes_under(dir.path());
+    assert!(alive.is_empty(), "tasks outlived the run: {alive:?}");
+}
+
+/// Pids of the live processes whose checkpoint directory is under `root`.
+fn processes_under(root: &std::path::Path) -> Vec<u32> {
+    let prefix = format!("HADAR_CHECKPOINT_DIR={}/", root.display());
+    let pids = std::fs::read_dir("/proc").expect("/proc").flatten();
+    pids.filter_map(|e| {
+        let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        env.split(|&b| b == 0)
+            .any(|v| v.starts_with(prefix.as_bytes()))
+            .then_some(pid)
+    })
+    .collect()
 }
