@@ -97,15 +97,38 @@ pub(crate) fn set_aside(dir: &Path, unix_s: u64) -> Result<Option<PathBuf>, RunE
     if entries.is_empty() {
         return Ok(None);
     }
-    let mut name = dir.as_os_str().to_owned();
-    name.push(format!(".old-{unix_s}"));
-    let aside = PathBuf::from(name);
-    std::fs::create_dir_all(&aside).map_err(|e| io(&aside, e))?;
+    let aside = new_sibling(dir, &format!(".old-{unix_s}"))?;
     for e in entries {
         let to = aside.join(e.file_name());
         std::fs::rename(e.path(), &to).map_err(|err| io(&e.path(), err))?;
     }
     Ok(Some(aside))
+}
+
+/// Makes a new directory `DIR<suffix>`, or `DIR<suffix>-2`, `-3`, ... where
+/// that exists (two starts over in one second each keep their own).
+fn new_sibling(dir: &Path, suffix: &str) -> Result<PathBuf, RunError> {
+    for n in 1..=1000 {
+        let mut name = dir.as_os_str().to_owned();
+        name.push(suffix);
+        if n > 1 {
+            name.push(format!("-{n}"));
+        }
+        let path = PathBuf::from(name);
+        match std::fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io(&path, e)),
+        }
+    }
+    let path = PathBuf::from(format!("{}{suffix}-1000", dir.display()));
+    Err(io(
+        &path,
+        std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "1000 set-aside directories of this name exist already: move some away",
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -153,5 +176,14 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(&run).unwrap().collect();
         assert_eq!(left.len(), 1, "only the lock stays");
         assert_eq!(set_aside(&run, 43).unwrap(), None);
+        // A second start over in the same second keeps its own directory.
+        std::fs::write(run.join("state.json"), "{\"second\": 1}").unwrap();
+        let again = set_aside(&run, 42).unwrap().unwrap();
+        assert_eq!(again, dir.path().join("run.old-42-2"));
+        assert_eq!(
+            std::fs::read_to_string(aside.join("state.json")).unwrap(),
+            "{}"
+        );
+        assert!(again.join("state.json").is_file());
     }
 }

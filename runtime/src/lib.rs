@@ -389,6 +389,7 @@ pub async fn run(
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> Result<RunReport, RunError> {
     let mut config = config.clone();
+    check_remote_dir(&config)?;
     // Every path handed to a task is absolute: tasks run in directories of
     // their own.
     config.state_dir =
@@ -545,6 +546,23 @@ pub(crate) fn same_backend(dir: &Path, state: &RunState, now: &str) -> Result<()
                 now: now.to_string(),
             })
         }
+        _ => Ok(()),
+    }
+}
+
+/// A relative `remote_dir` is refused: it names a directory on the nodes,
+/// where relative to what is anyone's guess (a login's home over SSH, this
+/// directory here), and a task that runs in a directory of its own would
+/// nest its checkpoints under it where nobody collects them.
+fn check_remote_dir(config: &RunConfig) -> Result<(), RunError> {
+    match &config.remote_dir {
+        Some(dir) if !dir.is_absolute() => Err(RunError::Core(hadar_core::Error::Setting {
+            name: "remote-dir".into(),
+            message: format!(
+                "{} is a relative path; the task directories on the nodes need an absolute                  one (e.g. /scratch/hadar)",
+                dir.display()
+            ),
+        })),
         _ => Ok(()),
     }
 }

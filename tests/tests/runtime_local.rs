@@ -458,3 +458,23 @@ fn processes_under(root: &std::path::Path) -> Vec<u32> {
     })
     .collect()
 }
+
+/// A relative remote directory is refused before anything starts (before,
+/// tasks nested their checkpoints under their own directories, nothing was
+/// collected, and the run blamed the job protocol).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_remote_dir_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(PolicyKind::Hadar, dir.path(), 1000);
+    cfg.remote_dir = Some("rd".into());
+    let err = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        matches!(&err, RunError::Core(hadar_core::Error::Setting { .. })),
+        "{err:?}"
+    );
+    assert!(text.contains("rd is a relative path"), "{text}");
+    assert!(!dir.path().join("tasks").exists(), "a task started");
+}

@@ -63,8 +63,9 @@ pub struct RunArgs {
     /// Directory for the run's state, logs and checkpoints.
     #[arg(long, default_value = "hadar-run", value_name = "DIR")]
     pub state: PathBuf,
-    /// Directory for the tasks on the nodes (default: --state, for nodes that
-    /// share this machine's filesystem); checkpoints are copied both ways.
+    /// Directory for the tasks on the nodes, absolute (default: --state, for
+    /// nodes that share this machine's filesystem); checkpoints are copied
+    /// both ways.
     #[arg(long, value_name = "DIR")]
     pub remote_dir: Option<PathBuf>,
     /// Where tasks run.
