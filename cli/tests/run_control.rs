@@ -106,6 +106,24 @@ fn ctrl_c_stops_the_tasks_after_their_checkpoints_and_the_run_resumes() {
     }
 }
 
+/// `timeout` (and `kill -- -PGID`) signals the process and then its group:
+/// two signals at once are one request to stop after the checkpoints, not
+/// a second Ctrl-C (before: a silent exit 130 with every task left running).
+#[test]
+fn a_signal_delivered_twice_at_once_stops_the_tasks_once() {
+    let run = Run::new();
+    let child = run.start(&[]);
+    run.wait_for_tasks();
+    signal(child.id(), "-TERM");
+    signal(child.id(), "-TERM");
+    let o = child.wait_with_output().expect("wait");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(8), "{err}");
+    assert!(err.contains("task(s) after their checkpoints"), "{err}");
+    assert!(tasks_of(&run.state).is_empty(), "no task is left running");
+    all_finished(&report(&run.finish(&[])));
+}
+
 #[test]
 fn hadar_stop_stops_a_run_from_another_terminal_and_a_second_run_is_refused() {
     let run = Run::new();

@@ -362,20 +362,40 @@ fn check_backend_options(jobs: &[hadar_runtime::RunJob], file: &Path) -> Result<
 }
 
 /// SIGINT and SIGTERM: the first asks the run to stop its tasks after their
-/// checkpoints and exit; a second exits at once (code 130), leaving the
-/// tasks running and recorded, for the next `hadar run` to adopt.
+/// checkpoints and exit; another, a second or more later, exits at once
+/// (code 130), leaving the tasks running and recorded, for the next `hadar
+/// run` to adopt. Signals within that second are one request: `timeout`
+/// and `kill -- -PGID` signal the process and then its group, and a
+/// terminal's Ctrl-C may reach it twice the same way.
 fn on_signals() -> Result<Arc<std::sync::atomic::AtomicBool>, CliError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [SIGINT, SIGTERM] {
-        // The shutdown is registered first: it fires only once the flag is
-        // already set, by an earlier signal.
-        signal_hook::flag::register_conditional_shutdown(sig, 130, flag.clone())
-            .and_then(|_| signal_hook::flag::register(sig, flag.clone()))
-            .map_err(|e| CliError::output("signal handlers", e))?;
-    }
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| CliError::output("signal handlers", e))?;
+    let asked = flag.clone();
+    // A thread of its own reads the signals (the handler only queues them),
+    // so the time between two can be taken with ordinary code.
+    std::thread::Builder::new()
+        .name("hadar-signals".into())
+        .spawn(move || {
+            let mut first: Option<std::time::Instant> = None;
+            for _ in signals.forever() {
+                match first {
+                    None => {
+                        first = Some(std::time::Instant::now());
+                        asked.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Some(at) if at.elapsed() >= SECOND_SIGNAL => std::process::exit(130),
+                    Some(_) => {}
+                }
+            }
+        })
+        .map_err(|e| CliError::output("signal handlers", e))?;
     Ok(flag)
 }
+
+/// How long after the first a stop signal must come to mean "exit now".
+const SECOND_SIGNAL: Duration = Duration::from_secs(1);
 
 /// Runs `hadar stop`.
 pub fn stop(args: StopArgs) -> Result<(), CliError> {
