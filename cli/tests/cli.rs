@@ -654,6 +654,37 @@ fn run_real_jobs_locally_then_status() {
         "{}",
         stderr(&o)
     );
+    // A program that is not executable, or not on PATH, is refused the
+    // same way, before anything starts (it was caught at its first launch,
+    // with other jobs running, and stopped the run with exit 7).
+    let plain = dir.path().join("not-executable");
+    std::fs::write(&plain, "#!/bin/sh\n").expect("file");
+    for (program, needle) in [
+        ("./not-executable", "not-executable is not executable"),
+        ("no-such-program-on-path", "is not on PATH"),
+    ] {
+        std::fs::write(
+            dir.path().join("bad.toml"),
+            format!(
+                "[[job]]\nname = \"x\"\ncommand = [\"{program}\"]\niterations = 5\n\
+                 throughput = {{ v100 = 1.0 }}\n"
+            ),
+        )
+        .expect("bad");
+        let o = hadar(&[
+            "run",
+            "--cluster",
+            root.join("examples/local/cluster.toml")
+                .to_str()
+                .expect("utf-8"),
+            "--jobs",
+            dir.path().join("bad.toml").to_str().expect("utf-8"),
+            "--state",
+            state.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+    }
 }
 
 #[test]
@@ -766,4 +797,26 @@ fn per_backend_job_options_are_checked_before_the_run() {
         }
         assert!(!state.exists(), "nothing ran");
     }
+}
+
+/// Logs written to a pipe or a file carry no colour codes (they are noise
+/// to every reader but a terminal).
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    let o = hadar(&[
+        "simulate",
+        "-vv",
+        "--policy",
+        "fifo",
+        "--cluster",
+        "v100=4",
+        "--trace",
+        "static_100jobs_multigpu_seed0.trace",
+    ]);
+    let err = stderr(&o);
+    assert!(
+        err.contains("DEBUG") || err.contains("INFO"),
+        "no logs: {err}"
+    );
+    assert!(!err.contains('\u{1b}'), "colour codes in a piped log");
 }

@@ -117,15 +117,18 @@ impl ThroughputTable {
                 let rates = rates.as_object().ok_or_else(|| {
                     Error::parse(at.clone(), "expected an object with a \"null\" rate")
                 })?;
+                if !rates.contains_key("null") {
+                    return Err(Error::parse(
+                        at.clone(),
+                        "no \"null\" rate (the job's rate alone on the GPU)",
+                    ));
+                }
                 let mut out = Rates::default();
                 for (other, r) in rates {
                     if other == "null" {
-                        out.isolated = r
-                            .as_f64()
-                            .filter(|x| x.is_finite() && *x >= 0.0)
-                            .ok_or_else(|| {
-                                Error::parse(at.field("null"), "expected a rate >= 0")
-                            })?;
+                        out.isolated = r.as_f64().and_then(rate).ok_or_else(|| {
+                            Error::parse(at.field("null"), format!("expected {A_RATE}"))
+                        })?;
                     } else {
                         let other_key = parse_gavel_key(other).ok_or_else(|| {
                             Error::parse(at.clone(), format!("bad co-location key `{other}`"))
@@ -133,12 +136,13 @@ impl ThroughputTable {
                         let pair = r
                             .as_array()
                             .filter(|a| a.len() == 2)
-                            .and_then(|a| Some([a[0].as_f64()?, a[1].as_f64()?]))
+                            .and_then(|a| Some([rate(a[0].as_f64()?)?, rate(a[1].as_f64()?)?]))
                             .ok_or_else(|| {
                                 Error::parse(
                                     at.clone(),
                                     format!(
-                                        "co-location `{other}`: expected [self rate, other rate]"
+                                        "co-location `{other}`: expected [self rate, other \
+                                         rate], each {A_RATE}"
                                     ),
                                 )
                             })?;
@@ -211,16 +215,12 @@ impl ThroughputTable {
             if gpu.is_empty() {
                 return Err(Error::parse(at.field("gpu_type"), "empty GPU type"));
             }
-            let rate: f64 = record[idx[3]]
-                .parse()
-                .ok()
-                .filter(|x: &f64| x.is_finite() && *x >= 0.0)
-                .ok_or_else(|| {
-                    Error::parse(
-                        at.field("steps_per_second"),
-                        format!("`{}` is not a rate (a number >= 0)", &record[idx[3]]),
-                    )
-                })?;
+            let rate: f64 = record[idx[3]].parse().ok().and_then(rate).ok_or_else(|| {
+                Error::parse(
+                    at.field("steps_per_second"),
+                    format!("`{}` is not {A_RATE}", &record[idx[3]]),
+                )
+            })?;
             let key = JobKey {
                 model,
                 scale_factor,
@@ -374,6 +374,19 @@ impl std::fmt::Debug for ThroughputTable {
 }
 
 /// Parses `('<model>', <sf>)`.
+/// The most iterations per second a rate may claim: far above any real
+/// job's, and far below where the LP's arithmetic breaks (a rate of 5e307
+/// tripped the solver's assertion).
+pub const MAX_RATE: f64 = 1e9;
+
+/// What [`rate`] accepts, for error messages.
+pub const A_RATE: &str = "a rate (iterations/s, from 0 to 1e9)";
+
+/// `x` if it is a rate: finite, from 0 to [`MAX_RATE`].
+pub fn rate(x: f64) -> Option<f64> {
+    (x.is_finite() && (0.0..=MAX_RATE).contains(&x)).then_some(x)
+}
+
 fn parse_gavel_key(key: &str) -> Option<JobKey> {
     let inner = key.strip_prefix("('")?.strip_suffix(')')?;
     let (model, sf) = inner.rsplit_once("', ")?;
@@ -434,6 +447,10 @@ mod tests {
                 "not a rate",
             ),
             (
+                "model,scale_factor,gpu_type,steps_per_second\nx,1,v100,5e307\n",
+                "from 0 to 1e9",
+            ),
+            (
                 "model,scale_factor,gpu_type,steps_per_second\nx,1,v100,1\nx,1,v100,2\n",
                 "t.csv:3: duplicate",
             ),
@@ -460,7 +477,22 @@ mod tests {
                 r#"{"v100": {"bad key": {"null": 1}}}"#,
                 "('<model>', <scale factor>)",
             ),
-            (r#"{"v100": {"('a', 1)": {"null": "x"}}}"#, "rate >= 0"),
+            (
+                r#"{"v100": {"('a', 1)": {"null": "x"}}}"#,
+                "a rate (iterations/s",
+            ),
+            (
+                r#"{"v100": {"('a', 1)": {"null": 5e307}}}"#,
+                "from 0 to 1e9",
+            ),
+            (
+                r#"{"v100": {"('a', 1)": {"('b', 1)": [1, 1]}}}"#,
+                "no \"null\" rate",
+            ),
+            (
+                r#"{"v100": {"('a', 1)": {"null": 1, "('b', 1)": [1, -1]}}}"#,
+                "each a rate",
+            ),
             (
                 r#"{"v100": {"('a', 1)": {"null": 1, "('b', 1)": [1]}}}"#,
                 "[self rate, other rate]",

@@ -242,12 +242,8 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
     let mut jobs = file.job;
     for (i, j) in jobs.iter().enumerate() {
         let f = |name: &str| at.field(format!("job[{i}].{name}"));
-        if j.command.is_empty() {
-            return Err(Error::parse(
-                f("command"),
-                "empty; give the program and its arguments",
-            ));
-        }
+        check_name(&j.name, &f)?;
+        check_command(j, &f)?;
         if j.iterations == 0 {
             return Err(Error::parse(f("iterations"), "must be at least 1"));
         }
@@ -264,11 +260,11 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
         if let Some((ty, r)) = j
             .throughput
             .iter()
-            .find(|(_, r)| !(r.is_finite() && **r >= 0.0))
+            .find(|(_, r)| hadar_core::throughput::rate(**r).is_none())
         {
             return Err(Error::parse(
                 f(&format!("throughput.{ty}")),
-                format!("{r} is not a rate; give iterations/s as a finite number >= 0"),
+                format!("{r} is not {}", hadar_core::throughput::A_RATE),
             ));
         }
         if let Some(k) = j
@@ -350,6 +346,65 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
     }
     jobs.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
     Ok(jobs)
+}
+
+/// The longest job name, in characters (names head tables and log lines).
+pub const MAX_NAME: usize = 200;
+
+/// A job's name: not empty, at most [`MAX_NAME`] characters, no control
+/// characters (a newline would split a log line, an escape code would
+/// repaint a terminal).
+fn check_name(name: &str, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    let what = if name.is_empty() {
+        "is empty".to_string()
+    } else if name.chars().count() > MAX_NAME {
+        format!(
+            "has {} characters; give one of at most {MAX_NAME}",
+            name.chars().count()
+        )
+    } else if name.chars().any(char::is_control) {
+        "contains a control character (a newline, tab or escape); give a name of printable \
+         characters"
+            .to_string()
+    } else {
+        return Ok(());
+    };
+    Err(Error::parse(f("name"), format!("the job name {what}")))
+}
+
+/// Checks what becomes a task's argv and environment: a program, no NUL
+/// byte anywhere (no process can be given one), environment names a
+/// process can have (not empty, no `=`). Caught here, before anything
+/// starts, not at the job's first launch with other jobs running.
+fn check_command(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    let Some(program) = j.command.first() else {
+        return Err(Error::parse(
+            f("command"),
+            "empty; give the program and its arguments",
+        ));
+    };
+    if program.is_empty() {
+        return Err(Error::parse(
+            f("command[0]"),
+            "the program is empty; give its name or path",
+        ));
+    }
+    const NUL: &str = "contains a NUL byte, which no process can be given";
+    if let Some(i) = j.command.iter().position(|a| a.contains('\0')) {
+        return Err(Error::parse(f(&format!("command[{i}]")), NUL));
+    }
+    for (k, v) in &j.env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(Error::parse(
+                f("env"),
+                format!("{k:?} is not an environment variable name (not empty, no `=`, no NUL)"),
+            ));
+        }
+        if v.contains('\0') {
+            return Err(Error::parse(f(&format!("env.{k}")), NUL));
+        }
+    }
+    Ok(())
 }
 
 /// Checks `gpu_types` and `alternatives`: not both, not with `gang`
@@ -772,6 +827,12 @@ mod tests {
 
     #[test]
     fn parses_and_checks() {
+        let long = format!(
+            "[[job]]\nname='{}'\ncommand=['x']\niterations=1\nthroughput={{v100=1.0}}",
+            "n".repeat(65_536)
+        );
+        let err = parse_jobs(&long, "j.toml").unwrap_err().to_string();
+        assert!(err.contains("has 65536 characters"), "{err}");
         let text = r#"
 [[job]]
 name = "b"
@@ -808,6 +869,38 @@ throughput = { v100 = 4.0, k80 = 1.0 }
             (
                 "[[job]]\nname='a'\ncommand=[]\niterations=1\nthroughput={v100=1.0}",
                 "job[0].command",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['']\niterations=1\nthroughput={v100=1.0}",
+                "job[0].command[0]",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x', \"a\\u0000b\"]\niterations=1\nthroughput={v100=1.0}",
+                "job[0].command[1]",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\nenv={\"A=B\"='1'}",
+                "job[0].env",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\nenv={\"\"='1'}",
+                "job[0].env",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=1.0}\nenv={A=\"1\\u00002\"}",
+                "job[0].env.A",
+            ),
+            (
+                "[[job]]\nname=''\ncommand=['x']\niterations=1\nthroughput={v100=1.0}",
+                "job name is empty",
+            ),
+            (
+                "[[job]]\nname=\"a\\nb\"\ncommand=['x']\niterations=1\nthroughput={v100=1.0}",
+                "control character",
+            ),
+            (
+                "[[job]]\nname='a'\ncommand=['x']\niterations=1\nthroughput={v100=5e307}",
+                "from 0 to 1e9",
             ),
             (
                 "[[job]]\nname='a'\ncommand=['x']\niterations=0\nthroughput={v100=1.0}",

@@ -193,7 +193,9 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
             let (lo, hi) = range.split_once('-').unwrap_or((range, range));
             let width = lo.len();
             let (a, b): (u64, u64) = match (lo.parse(), hi.parse()) {
-                (Ok(a), Ok(b)) if a <= b && b - a < 100_000 => (a, b),
+                // (The width, leading zeros included, is a u64's at most:
+                // `format!` panics past 65,535.)
+                (Ok(a), Ok(b)) if a <= b && b - a < 100_000 && width <= 20 => (a, b),
                 _ => return Err(format!("bad range {range:?} in host list {list:?}")),
             };
             for i in a..=b {
@@ -666,6 +668,8 @@ mod tests {
         assert_eq!(expand_hostlist("v100a,v100b").unwrap(), ["v100a", "v100b"]);
         assert!(expand_hostlist("n[1-").is_err());
         assert!(expand_hostlist("n[3-1]").is_err());
+        let zeros = "0".repeat(70_000);
+        assert!(expand_hostlist(&format!("n[{zeros}1-{zeros}2]")).is_err());
     }
 
     #[test]

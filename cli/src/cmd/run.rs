@@ -151,6 +151,41 @@ fn resolve(argv0: &str, jobs_dir: &Path) -> String {
     }
 }
 
+/// A local run's program, checked before anything starts (not at the
+/// job's first launch, with other jobs running): a path names an
+/// executable file; a bare name is found on PATH.
+fn check_program_here(job: &str, program: &str) -> Result<(), CliError> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let problem = if program.contains('/') {
+        let path = Path::new(program);
+        match std::fs::metadata(path) {
+            Err(_) => "does not exist",
+            Ok(m) if !m.is_file() => "is not a file",
+            Ok(_) if !executable(path) => "is not executable (chmod +x it)",
+            Ok(_) => return Ok(()),
+        }
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        if std::env::split_paths(&path).any(|d| executable(&d.join(program))) {
+            return Ok(());
+        }
+        "is not on PATH (give its path, absolute or relative to the jobs file)"
+    };
+    let hint = if program.ends_with("hadar-trainer") {
+        " (build it: cargo build --release -p hadar-example-trainer)"
+    } else {
+        ""
+    };
+    Err(CliError::Input(format!(
+        "job {}: program {} {problem}{hint}",
+        escape(job),
+        escape(program)
+    )))
+}
+
 /// The backend the user named, built from the cluster file, in its layers:
 /// every call bounded in time, calls that failed without effect retried,
 /// and faults injected when asked.
@@ -233,20 +268,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let jobs_dir = args.jobs.parent().unwrap_or(Path::new("."));
     for j in &mut jobs {
         j.command[0] = resolve(&j.command[0], jobs_dir);
-        if args.backend == "local"
-            && j.command[0].contains('/')
-            && !Path::new(&j.command[0]).exists()
-        {
-            let hint = if j.command[0].ends_with("hadar-trainer") {
-                " (build it: cargo build --release -p hadar-example-trainer)"
-            } else {
-                ""
-            };
-            return Err(CliError::Input(format!(
-                "job {}: program {} does not exist{hint}",
-                escape(&j.name),
-                escape(&j.command[0])
-            )));
+        if args.backend == "local" {
+            check_program_here(&j.name, &j.command[0])?;
         }
     }
     check_rates(&jobs, &cluster, &args.jobs)?;

@@ -8,21 +8,38 @@ pub mod summary;
 pub mod table;
 
 /// Text from a user or a file made safe for a terminal: control characters
-/// (escape sequences, newlines) are shown escaped, never sent raw. JSON
-/// output keeps the text exact.
+/// (escape sequences, newlines) and the invisible ones that reorder or hide
+/// text (bidirectional overrides, zero-width characters) are shown escaped
+/// (`\u{202e}`), never sent raw. JSON output keeps the text exact.
 pub fn escape(s: &str) -> String {
-    if !s.chars().any(char::is_control) {
+    if !s.chars().any(unsafe_for_terminal) {
         return s.to_string();
     }
     s.chars()
         .flat_map(|c| {
-            if c.is_control() {
+            if unsafe_for_terminal(c) {
                 c.escape_default().collect::<Vec<_>>()
             } else {
                 vec![c]
             }
         })
         .collect()
+}
+
+/// Control characters, and format characters a reader cannot see: the
+/// bidirectional marks, embeddings, overrides and isolates (U+061C,
+/// U+200E-U+200F, U+202A-U+202E, U+2066-U+2069), zero-width ones
+/// (U+200B-U+200D, U+2060, U+FEFF).
+fn unsafe_for_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+        )
 }
 
 /// Seconds as hours with two decimals.
@@ -46,5 +63,19 @@ pub fn file_stem(policy: &str) -> String {
         "policy".to_string()
     } else {
         stem
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_shows_what_would_reorder_or_hide_text() {
+        assert_eq!(escape("plain ünïcode"), "plain ünïcode");
+        assert_eq!(escape("a\nb\x1b[31m"), "a\\nb\\u{1b}[31m");
+        assert_eq!(escape("evil\u{202e}gnp.exe"), "evil\\u{202e}gnp.exe");
+        assert_eq!(escape("zero\u{200b}width"), "zero\\u{200b}width");
+        assert_eq!(escape("\u{feff}bom"), "\\u{feff}bom");
     }
 }

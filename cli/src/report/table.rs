@@ -43,10 +43,13 @@ impl Table {
             let mut cells = Vec::with_capacity(cols);
             for (i, w) in width.iter().enumerate() {
                 let cell = row.get(i).map_or("", String::as_str);
+                // Padded by hand: `format!`'s width stops at 65,535 (a
+                // longer cell panicked).
+                let pad = " ".repeat(w - cell.chars().count());
                 cells.push(if i < self.left {
-                    format!("{cell:<w$}")
+                    format!("{cell}{pad}")
                 } else {
-                    format!("{cell:>w$}")
+                    format!("{pad}{cell}")
                 });
             }
             out.push_str(cells.join("  ").trim_end());
@@ -80,5 +83,17 @@ mod tests {
         t.row(["A", "fifo", "1.00"]);
         t.row(["B", "max_min", "12.50"]);
         assert_eq!(t.render().lines().nth(2), Some("A    fifo      1.00"));
+    }
+
+    #[test]
+    fn a_cell_wider_than_format_s_limit_is_padded() {
+        let long = "n".repeat(70_000);
+        let mut t = Table::new(["job", "h"]);
+        t.row([long.as_str(), "1.0"]);
+        t.row(["b", "22.0"]);
+        let s = t.render();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[2], format!("{long}   1.0"));
+        assert_eq!(lines[3].len(), 70_000 + 6);
     }
 }
