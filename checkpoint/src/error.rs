@@ -98,6 +98,15 @@ pub enum MergeError {
         /// Its dtype.
         dtype: Dtype,
     },
+    /// A copy holds NaN or infinite values: averaged, they would spread
+    /// into every copy's share of the model.
+    #[error("{}: tensor `{name}` holds NaN or infinite values (a diverged copy); averaged, they would spread into the whole model: merge the other copies", path.display())]
+    NonFinite {
+        /// The copy.
+        path: PathBuf,
+        /// The tensor.
+        name: String,
+    },
     /// Writing the output failed; nothing was left at the output path.
     #[error("cannot write {}: {source}", path.display())]
     Write {

@@ -50,6 +50,12 @@ impl Checkpoint {
             path: path.to_path_buf(),
             reason,
         };
+        // The kind first: opening a FIFO would block, a device never ends.
+        if !std::fs::metadata(path).map_err(read_err)?.is_file() {
+            return Err(invalid(
+                "not a regular file (a directory, FIFO, socket or device)".into(),
+            ));
+        }
         let mut file = File::open(path).map_err(read_err)?;
         let file_len = file.metadata().map_err(read_err)?.len();
         if file_len < 8 {

@@ -153,6 +153,20 @@ pub fn merge_with<P: AsRef<Path>>(
     if total == 0 {
         return Err(MergeError::ZeroIterations);
     }
+    // The result is renamed into place: over a device, FIFO or directory
+    // that would replace it (as root, /dev/full became a regular file).
+    if let Ok(m) = std::fs::symlink_metadata(out) {
+        if !m.is_file() && !m.file_type().is_symlink() {
+            return Err(MergeError::Write {
+                path: out.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "it exists and is not a regular file (a device, FIFO, socket or \
+                     directory), which the merge would replace; give a file's path",
+                ),
+            });
+        }
+    }
     for (path, _) in inputs {
         if same_file(out, path.as_ref()) {
             return Err(MergeError::OutputIsInput {
@@ -253,7 +267,7 @@ pub fn merge_with<P: AsRef<Path>>(
                         &mut bufs,
                         options.chunk_elements.max(1),
                     )
-                    .map_err(|e| e.into_merge_error(out))?;
+                    .map_err(|e| e.into_merge_error(out, &entry.name))?;
                 }
                 None => {
                     bytes_read += take(
@@ -263,7 +277,7 @@ pub fn merge_with<P: AsRef<Path>>(
                         &mut bufs,
                         options.chunk_elements.max(1) * 4,
                     )
-                    .map_err(|e| e.into_merge_error(out))?;
+                    .map_err(|e| e.into_merge_error(out, &entry.name))?;
                 }
             }
         }
@@ -382,12 +396,18 @@ fn grow<T: Clone + Default>(v: &mut Vec<T>, n: usize) -> &mut [T] {
 enum StreamError {
     Read(PathBuf, std::io::Error),
     Write(std::io::Error),
+    /// The copy whose values are not all finite.
+    NonFinite(PathBuf),
 }
 
 impl StreamError {
-    fn into_merge_error(self, out: &Path) -> MergeError {
+    fn into_merge_error(self, out: &Path, tensor: &str) -> MergeError {
         match self {
             Self::Read(path, source) => MergeError::Read { path, source },
+            Self::NonFinite(path) => MergeError::NonFinite {
+                path,
+                name: tensor.to_string(),
+            },
             Self::Write(source) => MergeError::Write {
                 path: out.to_path_buf(),
                 source,
@@ -467,6 +487,16 @@ fn average(
                     first,
                 ),
                 Scalar::F64 => accumulate64(grow(&mut bufs.acc64, m), buf, weight, first),
+            }
+            // The sum was finite before this copy (checked at each): a value
+            // that is not now is this copy's, and would spread into the
+            // average whatever its weight.
+            let finite = match scalar {
+                Scalar::F64 => bufs.acc64[..m].iter().all(|x| x.is_finite()),
+                _ => bufs.acc32[..m].iter().all(|x| x.is_finite()),
+            };
+            if !finite {
+                return Err(StreamError::NonFinite(ckpt.path.clone()));
             }
         }
         let out = grow(&mut bufs.write, bytes);

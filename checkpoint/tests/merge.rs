@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 use std::collections::HashMap;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use hadar_checkpoint::{merge, merge_with, Dtype, MergeError, MergeOptions};
@@ -801,5 +802,54 @@ proptest! {
         for (g, m) in got.iter().zip(exact_mean(&xs, &iters)) {
             prop_assert!((*g as f64 - m).abs() <= 4.0 * xs.len() as f64 * f32::EPSILON as f64 * scale);
         }
+    }
+}
+
+/// The output is renamed into place: a FIFO or directory there is refused,
+/// not replaced (as root, a device node was); an input that is a FIFO is
+/// refused unopened (opening it would wait for a writer forever).
+#[cfg(unix)]
+#[test]
+fn refuses_an_output_or_input_that_is_not_a_regular_file() {
+    let d = Dir::new();
+    write(&d.p("a"), &[f32s("w", &[1], &[1.0])], None);
+    write(&d.p("b"), &[f32s("w", &[1], &[3.0])], None);
+    let fifo = d.p("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::create_dir(d.p("dir")).unwrap();
+    for out in [fifo.clone(), d.p("dir")] {
+        let e = merge(&[(d.p("a"), 1), (d.p("b"), 1)], &out).unwrap_err();
+        assert!(e.is_write_error(), "{e:?}");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert!(d.p("dir").is_dir());
+    let e = merge(&[(d.p("a"), 1), (fifo, 1)], &d.p("out")).unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+}
+
+/// A copy with NaN or infinite values is refused, named, at any weight
+/// (a NaN at weight 1/101 made the whole average NaN).
+#[test]
+fn refuses_a_copy_with_values_that_are_not_finite() {
+    let d = Dir::new();
+    write(&d.p("a"), &[f32s("w", &[3], &[1.0, 2.0, 3.0])], None);
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        write(&d.p("b"), &[f32s("w", &[3], &[1.0, bad, 3.0])], None);
+        let e = merge(&[(d.p("a"), 100), (d.p("b"), 1)], &d.p("out")).unwrap_err();
+        match &e {
+            MergeError::NonFinite { path, name } => {
+                assert_eq!((path, name.as_str()), (&d.p("b"), "w"), "{e}");
+            }
+            other => panic!("{bad}: expected NonFinite, got {other:?}"),
+        }
+        assert!(!d.p("out").exists(), "nothing written");
     }
 }

@@ -101,7 +101,7 @@ impl Config {
         let known = known_keys();
         let mut config = Config::default();
         for (path, required) in default_files(explicit) {
-            let text = match std::fs::read_to_string(&path) {
+            let text = match hadar_core::error::read_bounded(&path, 16 << 20) {
                 Ok(t) => t,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => continue,
                 Err(e) => {

@@ -160,7 +160,76 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, location: &Locatio
     })
 }
 
-/// Reads a whole text file, mapping the error to [`Error::Io`].
+/// The most bytes an input file (trace, cluster, jobs, table, configuration)
+/// may hold: far above any real one, far below a machine's memory.
+pub const MAX_INPUT_BYTES: u64 = 1 << 30;
+
+/// Reads a whole text input of at most [`MAX_INPUT_BYTES`]
+/// ([`read_bounded`]), mapping the error to [`Error::Io`].
 pub fn read_to_string(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+    read_bounded(path, MAX_INPUT_BYTES).map_err(|e| Error::io(path, e))
+}
+
+/// Reads a whole text file that is a regular file of at most `max` bytes:
+/// its kind is checked before it is opened (a FIFO would block the open, a
+/// link to `/dev/zero` would never end), its size while it is read.
+pub fn read_bounded(path: &std::path::Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a directory, FIFO, socket or device); give a file",
+        ));
+    }
+    let too_big = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes, more than any input of this kind holds"),
+        )
+    };
+    if meta.len() > max {
+        return Err(too_big());
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(too_big());
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_regular_files_of_bounded_size_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.toml");
+        std::fs::write(&file, "x = 1\n").unwrap();
+        assert_eq!(read_to_string(&file).unwrap(), "x = 1\n");
+        assert!(read_bounded(&file, 3)
+            .unwrap_err()
+            .to_string()
+            .contains("larger than 3"));
+        // A link to a device that never ends, a directory: refused unread.
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        for p in [zero.as_path(), dir.path()] {
+            let err = read_to_string(p).unwrap_err().to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }
+        // A FIFO with no writer would block the open: refused unopened.
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let err = read_to_string(&fifo).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+    }
 }

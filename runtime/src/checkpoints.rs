@@ -32,10 +32,29 @@ pub(crate) fn install(dir: &Path, job: u32, files: &[(PathBuf, u64)]) -> Result<
     if let Some(parent) = out.parent() {
         std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
     }
-    if files.len() == 1 || files.iter().all(|(_, it)| *it == 0) {
-        copy_atomic(&files[0].0, &out)?;
-    } else {
-        hadar_checkpoint::merge(files, &out)?;
+    let mut files = files.to_vec();
+    loop {
+        if files.len() == 1 || files.iter().all(|(_, it)| *it == 0) {
+            copy_atomic(&files[0].0, &out)?;
+            break;
+        }
+        match hadar_checkpoint::merge(&files, &out) {
+            // A diverged copy (NaN or infinite weights) is left out: its
+            // values would spread into the average; the others are kept,
+            // and its iterations count as lost.
+            Err(hadar_checkpoint::MergeError::NonFinite { path, name }) => {
+                tracing::warn!(
+                    "job {job}: the copy {} holds NaN or infinite values (tensor {name}): \
+                     merged without it",
+                    path.display()
+                );
+                files.retain(|(p, _)| *p != path);
+            }
+            other => {
+                other?;
+                break;
+            }
+        }
     }
     Ok(files.iter().map(|(_, it)| it).sum())
 }

@@ -227,10 +227,14 @@ pub(crate) fn io(path: &Path, source: std::io::Error) -> RunError {
     }
 }
 
+/// The largest state file read: a run of a thousand jobs saves a few MiB.
+const MAX_STATE_BYTES: u64 = 256 << 20;
+
 /// Reads a run's saved state; `None` if there is none.
 pub fn load_state(dir: &Path) -> Result<Option<RunState>, RunError> {
     let path = state_path(dir);
-    match std::fs::read_to_string(&path) {
+    // A state file is a few MiB at most; a link to a device is refused.
+    match hadar_core::error::read_bounded(&path, MAX_STATE_BYTES) {
         Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
             io(
                 &path,
