@@ -510,7 +510,8 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             difference: difference(&s.jobs_fingerprint, &print),
         }),
         Some(s) => {
-            s.check(&state_path(dir), config.jobs.len())?;
+            let totals: Vec<u64> = config.jobs.iter().map(|j| j.iterations).collect();
+            s.check(&state_path(dir), &totals)?;
             Ok(s)
         }
         None => Ok(RunState {

@@ -176,9 +176,12 @@ pub struct RunState {
 }
 
 impl RunState {
-    /// Refuses a state whose ids do not fit `jobs` jobs (a state file edited
-    /// by hand, or of another run): every id is checked before it is used.
-    pub fn check(&self, path: &Path, jobs: usize) -> Result<(), RunError> {
+    /// Refuses a state whose ids do not fit the jobs of `totals` (their
+    /// iterations, by id: a state file edited by hand, or of another run):
+    /// every id is checked before it is used, and a job marked complete
+    /// must hold its total (as iterations banked or its checkpoint's step).
+    pub fn check(&self, path: &Path, totals: &[u64]) -> Result<(), RunError> {
+        let jobs = totals.len();
         let bad = |what: String| {
             Err(io(
                 path,
@@ -194,6 +197,14 @@ impl RunState {
                 self.jobs.len(),
                 self.job_names.len()
             ));
+        }
+        for (i, (p, total)) in self.jobs.iter().zip(totals).enumerate() {
+            if p.complete && p.held < *total && p.step.is_none_or(|s| s < *total) {
+                return bad(format!(
+                    "job {i} is marked complete with {} of its {total} iterations held",
+                    p.held
+                ));
+            }
         }
         for r in self.running.iter().chain(&self.launching) {
             if r.job as usize >= jobs {
@@ -324,6 +335,30 @@ mod tests {
         }
     }
 
+    /// `complete` is believed only with its total held: a job marked
+    /// complete by hand (or by a foreign file) does not finish unrun.
+    #[test]
+    fn a_job_marked_complete_must_hold_its_total() {
+        let path = Path::new("/s/state.json");
+        let mut s = state(2);
+        s.jobs[1].complete = true;
+        s.jobs[1].held = 50;
+        let err = s.check(path, &[10, 100]).unwrap_err().to_string();
+        assert!(
+            err.contains("job 1 is marked complete with 50 of its 100"),
+            "{err}"
+        );
+        s.jobs[1].step = Some(100);
+        assert!(s.check(path, &[10, 100]).is_ok(), "its checkpoint's step");
+        s.jobs[1] = JobProgress {
+            complete: true,
+            held: 100,
+            ..JobProgress::default()
+        };
+        assert!(s.check(path, &[10, 100]).is_ok(), "its iterations banked");
+        assert!(s.check(path, &[10]).is_err(), "another count of jobs");
+    }
+
     #[test]
     fn a_run_with_tasks_alive_keeps_its_backend() {
         let dir = Path::new("/s");
@@ -377,19 +412,19 @@ mod tests {
     #[test]
     fn ids_out_of_range_are_refused() {
         let path = Path::new("/s/state.json");
-        assert!(state(2).check(path, 2).is_ok());
-        let err = state(2).check(path, 3).unwrap_err().to_string();
+        assert!(state(2).check(path, &[1, 1]).is_ok());
+        let err = state(2).check(path, &[1, 1, 1]).unwrap_err().to_string();
         assert!(
             err.contains("records 2 jobs") && err.contains("--fresh"),
             "{err}"
         );
         let mut s = state(2);
         s.running.push(task(9, vec!["n".into()]));
-        let err = s.check(path, 2).unwrap_err().to_string();
+        let err = s.check(path, &[1, 1]).unwrap_err().to_string();
         assert!(err.contains("a task of job 9 (there are 2 jobs)"), "{err}");
         let mut s = state(2);
         s.launching.push(task(1, vec![]));
-        let err = s.check(path, 2).unwrap_err().to_string();
+        let err = s.check(path, &[1, 1]).unwrap_err().to_string();
         assert!(err.contains("has no node"), "{err}");
     }
 }
