@@ -254,14 +254,22 @@ impl RealRounds<'_> {
         by_job: BTreeMap<u32, Vec<Running>>,
         ledger: &mut Ledger,
     ) -> Result<(), RunError> {
+        let into = match incoming(&self.config.state_dir) {
+            Ok(into) => into,
+            Err(e) => {
+                // Nowhere to put them: every task stays recorded (below).
+                self.state.running.extend(by_job.into_values().flatten());
+                return Err(e);
+            }
+        };
         let tasks: Vec<&Running> = by_job.values().flatten().collect();
         let handles = tasks.iter().map(|r| r.handle.clone()).collect();
-        let into = incoming(&self.config.state_dir)?;
         let fetched = fetch_checkpoints(&self.backend, handles, &into).await;
         let mut files: BTreeMap<u32, Vec<(std::path::PathBuf, u64)>> = BTreeMap::new();
         // Every job is banked before the first error returns: one failed
         // fetch or install does not leave the others' checkpoints behind.
         let mut failed: Option<RunError> = None;
+        let mut unfetched: HashSet<u32> = HashSet::new();
         for (r, f) in tasks.iter().zip(fetched) {
             match f {
                 Ok(Some(path)) => {
@@ -270,19 +278,29 @@ impl RealRounds<'_> {
                 }
                 Ok(None) => {}
                 Err(e) => {
+                    unfetched.insert(r.job);
                     failed.get_or_insert(e.into());
                 }
             }
         }
+        // A job whose checkpoints could not all be fetched or installed (a
+        // full or read-only state directory) keeps its tasks recorded: their
+        // checkpoints stay in the task directories, and a later poll or the
+        // next run collects them. Nothing is banked or counted lost for it.
+        let mut uncollected: Vec<Running> = Vec::new();
         for (job, tasks) in &by_job {
             let did: u64 = tasks.iter().map(|r| r.iterations).sum();
             let got = files.remove(job).unwrap_or_default();
-            let banked = match install(&self.config.state_dir, *job, &got) {
-                Ok(b) => b,
-                Err(e) => {
-                    failed.get_or_insert(e);
-                    continue;
-                }
+            let installed = if unfetched.contains(job) {
+                None
+            } else {
+                install(&self.config.state_dir, *job, &got)
+                    .map_err(|e| failed.get_or_insert(e))
+                    .ok()
+            };
+            let Some(banked) = installed else {
+                uncollected.extend(tasks.iter().cloned());
+                continue;
             };
             let p = &mut self.state.jobs[*job as usize];
             p.held += banked;
@@ -317,6 +335,7 @@ impl RealRounds<'_> {
                 ));
             }
         }
+        self.state.running.extend(uncollected);
         failed.map_or(Ok(()), Err)
     }
 
@@ -1058,7 +1077,8 @@ impl RealRounds<'_> {
         }
         if !left.is_empty() {
             fate += &format!(
-                "\nleft running (the next `hadar run` adopts them): {}",
+                "\nleft recorded, running or with their checkpoints not yet collected (the \
+                 next `hadar run` adopts them and collects their checkpoints): {}",
                 left.join(", ")
             );
         }

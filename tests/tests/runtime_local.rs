@@ -478,3 +478,44 @@ async fn a_relative_remote_dir_is_refused_before_anything_starts() {
     assert!(text.contains("rd is a relative path"), "{text}");
     assert!(!dir.path().join("tasks").exists(), "a task started");
 }
+
+/// A state directory that cannot take the checkpoints (here `checkpoints`
+/// is a file; a full disk fails the same way) loses nothing: the stopped
+/// tasks stay recorded with their checkpoints in their directories, the
+/// run says so, and the next run collects them (before, it said "stopped
+/// after their checkpoints" and the resume found the work lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_that_cannot_be_collected_stay_recorded_for_the_next_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trainer = local_trainer().display().to_string();
+    let jobs = format!(
+        "[[job]]\nname = \"long\"\ncommand = [\"{trainer}\"]\niterations = 20000\n\
+         throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
+         env = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n"
+    );
+    let mut cfg = config(PolicyKind::Hadar, dir.path(), 1);
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    let first = cfg.clone();
+    let handle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(run(&first, Arc::new(LocalBackend::new()), &mut |_| {}))
+    });
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let incoming = dir.path().join("checkpoints");
+    let _ = std::fs::remove_dir_all(&incoming);
+    std::fs::write(&incoming, "in the way").expect("a file in the way");
+    assert!(hadar_runtime::request_stop(dir.path()).expect("stop"));
+    let err = handle.join().expect("join").expect_err("halted");
+    let text = err.to_string();
+    assert!(text.contains("not yet collected"), "{text}");
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert_eq!(state.running.len(), 1, "the task stays recorded");
+    assert_eq!(state.jobs[0].held, 0);
+    std::fs::remove_file(&incoming).expect("cleared");
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("resumed");
+    let j = &report.jobs[0];
+    assert_eq!(j.state, "finished", "{j:?}");
+    assert_eq!(j.lost_iterations, 0, "nothing lost: {j:?}");
+}
