@@ -37,6 +37,37 @@ pub(crate) struct RealRounds<'a> {
     pub(crate) cluster: Arc<Cluster>,
     pub(crate) state: RunState,
     pub(crate) on_event: &'a mut (dyn FnMut(Event) + Send),
+    pub(crate) clock: RunClock,
+}
+
+/// The run's time (s since its start), from the monotonic clock: the wall
+/// clock moved back (by hand, or an NTP step) neither makes the run wait
+/// for that long nor runs time backwards.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunClock {
+    anchor: std::time::Instant,
+    base_s: f64,
+}
+
+impl RunClock {
+    /// Starts at the saved run's time: the wall clock's count since the
+    /// start, or the saved loop's last time where that is later (the wall
+    /// clock went back while no run watched). `started_unix_s` is moved to
+    /// match, so that the Unix deadlines tasks get stay right.
+    pub(crate) fn resume(state: &mut RunState) -> Self {
+        let now = unix_now();
+        let saved = state.loop_state.as_ref().map_or(0.0, |l| l.now_s);
+        let base_s = (now - state.started_unix_s).max(saved).max(0.0);
+        state.started_unix_s = now - base_s;
+        Self {
+            anchor: std::time::Instant::now(),
+            base_s,
+        }
+    }
+
+    pub(crate) fn now(&self) -> f64 {
+        self.base_s + self.anchor.elapsed().as_secs_f64()
+    }
 }
 
 impl std::fmt::Debug for RealRounds<'_> {
@@ -102,7 +133,7 @@ fn absorb(
 
 impl RealRounds<'_> {
     fn now(&self) -> f64 {
-        unix_now() - self.state.started_unix_s
+        self.clock.now()
     }
 
     fn persist(&self) -> Result<(), RunError> {

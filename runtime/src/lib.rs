@@ -426,12 +426,14 @@ pub async fn run(
         },
     )?;
     backend.open().await?;
+    let clock = executor::RunClock::resume(&mut state);
     let mut exec = RealRounds {
         config: &config,
         backend: backend.clone(),
         cluster: config.cluster.clone(),
         state,
         on_event,
+        clock,
     };
     let result = match exec.adopt().await {
         Err(e) => Err(e),

@@ -519,3 +519,41 @@ async fn checkpoints_that_cannot_be_collected_stay_recorded_for_the_next_run() {
     assert_eq!(j.state, "finished", "{j:?}");
     assert_eq!(j.lost_iterations, 0, "nothing lost: {j:?}");
 }
+
+/// The wall clock moved back an hour while no run watched (here: the saved
+/// start moved an hour later): the resumed run goes on at once on the
+/// monotonic clock (before, it sat idle for the hour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_moved_back_does_not_stall_a_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(PolicyKind::Hadar, dir.path(), 6000);
+    let first = cfg.clone();
+    let handle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(run(&first, Arc::new(LocalBackend::new()), &mut |_| {}))
+    });
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(hadar_runtime::request_stop(dir.path()).expect("stop"));
+    let stopped = handle.join().expect("join");
+    assert!(
+        matches!(stopped, Err(RunError::Halted { .. })),
+        "{stopped:?}"
+    );
+    let path = dir.path().join("state.json");
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("state")).expect("json");
+    let started = state["started_unix_s"].as_f64().expect("start");
+    state["started_unix_s"] = (started + 3600.0).into();
+    std::fs::write(&path, serde_json::to_vec(&state).expect("json")).expect("write");
+    // A stall shows as this bound (an hour's wait), not as a slow run.
+    let report = tokio::time::timeout(
+        Duration::from_secs(120),
+        run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {}),
+    )
+    .await
+    .expect("the resumed run went on, not waiting for the clock")
+    .expect("run");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+    }
+}
