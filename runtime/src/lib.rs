@@ -108,6 +108,18 @@ pub enum RunError {
         /// Why it cannot be read.
         why: String,
     },
+    /// The state directory is a copy of a run's that is still in its own.
+    #[error(
+        "{dir} is a copy of {home}, which holds the same run with its tasks recorded: only one \
+         directory may steer them. Resume the run with `--state {home}`, or remove this copy \
+         (`--fresh` here would stop that run's tasks)"
+    )]
+    Copied {
+        /// This state directory.
+        dir: PathBuf,
+        /// Where the run lives.
+        home: PathBuf,
+    },
     /// Another `hadar run` holds the state directory.
     #[error(
         "{dir} is in use by another hadar run (pid {pid}); wait for it, stop it with `hadar \
@@ -409,6 +421,8 @@ pub async fn run(
     let workload = workload(&config)?;
     let mut state = initial_state(&config)?;
     same_backend(&config.state_dir, &state, backend.name())?;
+    not_a_copy(&config.state_dir, &state)?;
+    state.home = Some(config.state_dir.clone());
     state.backend = Some(backend.name().to_string());
     let already_finished = state.finished;
     let resume = Some(with_given_rates(
@@ -530,6 +544,7 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             finished_unix_s: None,
             rates: Vec::new(),
             backend: None,
+            home: None,
         }),
     }
 }
@@ -549,6 +564,33 @@ pub(crate) fn same_backend(dir: &Path, state: &RunState, now: &str) -> Result<()
                 now: now.to_string(),
             })
         }
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a copy of a live run's state directory (`cp -a`): its tasks are
+/// the run's in the directory it was saved in, which still holds that run;
+/// both would adopt and steer them. A directory moved (nothing left where
+/// it was) resumes.
+pub(crate) fn not_a_copy(dir: &Path, state: &RunState) -> Result<(), RunError> {
+    let Some(home) = &state.home else {
+        return Ok(());
+    };
+    if home == dir || (state.running.is_empty() && state.launching.is_empty()) {
+        return Ok(());
+    }
+    let same = |a: &Path, b: &Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same(home, dir) {
+        return Ok(());
+    }
+    match load_state(home) {
+        Ok(Some(there)) if there.run_id == state.run_id => Err(RunError::Copied {
+            dir: dir.to_path_buf(),
+            home: home.clone(),
+        }),
         _ => Ok(()),
     }
 }
@@ -575,7 +617,14 @@ fn check_remote_dir(config: &RunConfig) -> Result<(), RunError> {
 async fn start_over(config: &RunConfig, backend: &Arc<dyn Backend>) -> Result<(), RunError> {
     let dir = &config.state_dir;
     match load_state(dir) {
-        Ok(Some(old)) => {
+        Ok(Some(mut old)) => {
+            if let Err(e) = not_a_copy(dir, &old) {
+                // The tasks recorded here are the original run's: left to
+                // it, only this copy's files are set aside.
+                tracing::warn!("--fresh: {e}; its tasks are left to that run");
+                old.running.clear();
+                old.launching.clear();
+            }
             same_backend(dir, &old, backend.name())?;
             let mut handles: Vec<_> = old.running.iter().map(|r| r.handle.clone()).collect();
             backend.open().await?;

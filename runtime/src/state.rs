@@ -173,6 +173,10 @@ pub struct RunState {
     /// The backend its tasks run on (none in states of older versions).
     #[serde(default)]
     pub backend: Option<String>,
+    /// The state directory it was saved in (absolute): a copy of the
+    /// directory is told from the run itself.
+    #[serde(default)]
+    pub home: Option<PathBuf>,
 }
 
 impl RunState {
@@ -332,6 +336,7 @@ mod tests {
             finished_unix_s: None,
             rates: Vec::new(),
             backend: None,
+            home: None,
         }
     }
 

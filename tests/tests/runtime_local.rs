@@ -557,3 +557,43 @@ async fn a_wall_clock_moved_back_does_not_stall_a_resume() {
         assert_eq!(j.state, "finished", "{j:?}");
     }
 }
+
+/// A copy of a live run's state directory (`cp -a`) is refused, not
+/// resumed: its tasks are the run's, which both would adopt (before, they
+/// did). `--fresh` on the copy sets its files aside without touching the
+/// run's tasks, and the run finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_state_directory_does_not_adopt_the_run_s_tasks() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (home, copy) = (root.path().join("run"), root.path().join("copy"));
+    let cfg = config(PolicyKind::Hadar, &home, 12000);
+    let first = cfg.clone();
+    let handle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(run(&first, Arc::new(LocalBackend::new()), &mut |_| {}))
+    });
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&home)
+        .arg(&copy)
+        .status()
+        .expect("cp");
+    assert!(cp.success());
+    let mut on_copy = cfg.clone();
+    on_copy.state_dir = copy.clone();
+    let err = run(&on_copy, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect_err("a copy");
+    assert!(matches!(err, RunError::Copied { .. }), "{err}");
+    on_copy.guards.fresh = true;
+    let fresh = run(&on_copy, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("the copy starts over");
+    assert!(fresh.jobs.iter().all(|j| j.state == "finished"));
+    let report = handle.join().expect("join").expect("the run itself");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+        assert_eq!(j.lost_iterations, 0, "its tasks were left alone: {j:?}");
+    }
+}
