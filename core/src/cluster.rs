@@ -268,6 +268,13 @@ impl Cluster {
         let mut total = 0u64;
         for (i, spec) in file.node.iter().enumerate() {
             let base = spec.name.clone().unwrap_or_else(|| format!("node{i}"));
+            if base.trim().is_empty() || base.chars().any(char::is_control) {
+                return Err(Error::parse(
+                    location.field(format!("node[{i}].name")),
+                    "empty, blank or with control characters; give the node a name (its \
+                     host name, say)",
+                ));
+            }
             let copies = spec.count.unwrap_or(1);
             if copies == 0 {
                 return Err(Error::parse(
@@ -280,7 +287,13 @@ impl Cluster {
                 .iter()
                 .map(|&(_, n)| u64::from(n))
                 .sum();
-            total += per_node.max(1) * u64::from(copies);
+            if per_node == 0 {
+                return Err(Error::parse(
+                    location.field(format!("node[{i}].gpus")),
+                    "the node has no GPUs: give it some (gpus = { v100 = 4 }) or leave it out",
+                ));
+            }
+            total += per_node * u64::from(copies);
             if total > MAX_GPUS {
                 return Err(too_many(&location, total));
             }
@@ -565,6 +578,13 @@ gpus = { t4 = 1 }
                 "gpu_types=['k80']\n[[node]]\ngpus={v100=1}",
                 "does not list",
             ),
+            (
+                "[[node]]\nname='a'\ngpus={}",
+                "node[0].gpus`: the node has no GPUs",
+            ),
+            ("[[node]]\nname='a'\ngpus={v100=0}", "has no GPUs"),
+            ("[[node]]\nname=''\ngpus={v100=1}", "node[0].name"),
+            ("[[node]]\nname=' '\ngpus={v100=1}", "give the node a name"),
         ] {
             let err = Cluster::from_toml_str(text, "c.toml")
                 .unwrap_err()

@@ -155,9 +155,35 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, location: &Locatio
     toml::from_str(text).map_err(|e| {
         Error::parse(
             location.clone(),
-            e.to_string().trim_end().replace('\n', "\n  "),
+            plain_words(e.to_string().trim_end()).replace('\n', "\n  "),
         )
     })
+}
+
+/// The deserializer's words for types, in a user's: "expected u64" says
+/// nothing to someone writing a jobs file; a single `[job]` where a list of
+/// tables is wanted gets the double brackets it needs.
+fn plain_words(message: &str) -> String {
+    let mut out = message.to_string();
+    for (jargon, plain) in [
+        ("expected u64", "expected a whole number >= 0"),
+        ("expected u32", "expected a whole number >= 0"),
+        ("expected u16", "expected a whole number >= 0"),
+        ("expected u8", "expected a whole number >= 0"),
+        ("expected i64", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected a list"),
+        ("expected a boolean", "expected true or false"),
+    ] {
+        out = out.replace(jargon, plain);
+    }
+    if message.contains("invalid type: map, expected a sequence") {
+        out.push_str(
+            "\nhint: a table that repeats is written with double brackets: [[job]] or \
+             [[node]], once per item",
+        );
+    }
+    out
 }
 
 /// The most bytes an input file (trace, cluster, jobs, table, configuration)
@@ -204,6 +230,25 @@ pub fn read_bounded(path: &std::path::Path, max: u64) -> std::io::Result<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parse_errors_speak_plainly() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct F {
+            n: Option<u64>,
+            job: Option<Vec<toml::Table>>,
+        }
+        let at = Location::new("j.toml");
+        let err = parse_toml::<F>("n = -5", &at).unwrap_err().to_string();
+        assert!(err.contains("expected a whole number >= 0"), "{err}");
+        assert!(!err.contains("u64"), "{err}");
+        let err = parse_toml::<F>("[job]\nname = 'a'", &at)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("hint: a table that repeats"), "{err}");
+        assert!(err.contains("[[job]]"), "{err}");
+    }
 
     #[test]
     fn only_regular_files_of_bounded_size_are_read() {
