@@ -27,8 +27,8 @@ pub enum CliError {
     /// From checkpoint merging (`hadar merge`).
     #[error(transparent)]
     Checkpoint(#[from] hadar_checkpoint::MergeError),
-    /// A real run stopped.
-    #[error("the run stopped: {0}")]
+    /// A real run stopped, or could not start.
+    #[error("{}", run_error(.0))]
     Run(hadar_runtime::RunError),
     /// A command-line value that clap could not check by itself.
     #[error("{0}")]
@@ -48,6 +48,18 @@ pub enum CliError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// "the run stopped" only for a run that ran: one refused before it began
+/// (a busy or copied state directory, bad settings) did not stop.
+fn run_error(e: &hadar_runtime::RunError) -> String {
+    use hadar_runtime::RunError as E;
+    match e {
+        E::Halted { .. } | E::Stopped | E::NoCheckpoint { .. } | E::Launch { .. } => {
+            format!("the run stopped: {e}")
+        }
+        _ => e.to_string(),
+    }
 }
 
 impl CliError {

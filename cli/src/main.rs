@@ -230,7 +230,13 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
+        Err(e) => {
+            let code = fail(&e);
+            // A value the command refused (clap took it) may have come from
+            // a configuration file: say which.
+            config::explain_error(&config, &e.to_string());
+            code
+        }
     }
 }
 

@@ -147,6 +147,19 @@ fn an_unknown_key_is_refused_with_the_nearest_known_one() {
     // Commands that take no settings do not read it.
     let o = hadar_in(dir.path(), dir.path(), &[], &["policies"]);
     assert!(o.status.success());
+    // A value the command itself refuses names the file it came from.
+    std::fs::write(dir.path().join("hadar.toml"), "round_seconds = 0\n").expect("file");
+    let o = hadar_in(dir.path(), dir.path(), &[], &["simulate"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("--round-seconds 0: expected seconds above 0"),
+        "{err}"
+    );
+    assert!(
+        err.contains("note: --round-seconds was set by") && err.contains("hadar.toml"),
+        "{err}"
+    );
 }
 
 /// The same jobs and cluster, on this machine, over SSH, on Slurm and in

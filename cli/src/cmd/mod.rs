@@ -6,3 +6,15 @@ pub mod reproduce;
 pub mod run;
 pub mod simulate;
 pub mod trace;
+
+/// `--round-seconds`, as `hadar run` and `hadar simulate` take it: above 0,
+/// at most a day (a usage error, exit 2, in both).
+pub fn check_round_seconds(s: f64) -> Result<(), crate::exit::CliError> {
+    if s.is_finite() && s > 0.0 && s <= 86_400.0 {
+        Ok(())
+    } else {
+        Err(crate::exit::CliError::Usage(format!(
+            "--round-seconds {s}: expected seconds above 0 and at most a day"
+        )))
+    }
+}

@@ -232,15 +232,7 @@ fn backend(args: &RunArgs, cluster: &Cluster, text: &str) -> Result<Arc<dyn Back
 /// Runs `hadar run`.
 pub fn run(args: RunArgs) -> Result<(), CliError> {
     let policy = PolicyKind::parse(&args.policy)?;
-    if !(args.round_seconds.is_finite()
-        && args.round_seconds > 0.0
-        && args.round_seconds <= 86_400.0)
-    {
-        return Err(usage(format!(
-            "--round-seconds {}: expected seconds above 0 and at most a day",
-            args.round_seconds
-        )));
-    }
+    super::check_round_seconds(args.round_seconds)?;
     let signal: Signal = args
         .stop_signal
         .parse()

@@ -387,6 +387,7 @@ fn load_jobs(
 
 /// Runs the command.
 pub fn run(args: SimulateArgs) -> Result<(), CliError> {
+    super::check_round_seconds(args.round_seconds)?;
     let kinds = args
         .policy
         .iter()
