@@ -52,6 +52,15 @@ impl Bars {
         }
     }
 
+    /// Prints a line above the bars (or plainly, where they do not show).
+    pub fn println(&self, line: &str) {
+        if self.shown.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = self.multi.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
     /// Removes the bars from the screen.
     pub fn clear(&self) {
         let _ = self.multi.clear();

@@ -272,8 +272,30 @@ fn a_deleted_checkpoint_is_said_and_counted_and_a_finished_run_says_so() {
     let err = text(&o.stderr);
     assert!(lost > 0, "the deleted work is counted: {v}");
     assert!(err.contains("is gone from"), "{err}");
-    // Run again: nothing runs, and it says so.
+    // Said as it happened (a `warning:` line), once, and kept for `hadar
+    // status`.
+    assert_eq!(
+        err.matches("is gone from").count(),
+        chosen.len(),
+        "each said once: {err}"
+    );
+    assert!(err.contains("warning: job "), "{err}");
     let (hadar, _) = binaries();
+    let status = Command::new(hadar)
+        .args(["status", "--json", "--state"])
+        .arg(&run.state)
+        .output()
+        .expect("status");
+    let sv: serde_json::Value = serde_json::from_slice(&status.stdout).expect("JSON");
+    assert!(
+        sv["warnings"]
+            .as_array()
+            .expect("warnings")
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("is gone from"))),
+        "{sv}"
+    );
+    // Run again: nothing runs, and it says so.
     let again = Command::new(hadar)
         .args(["run", "--cluster"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"))

@@ -885,6 +885,9 @@ impl RealRounds<'_> {
             .iter()
             .map(|&j| (j, self.progress(j.0)))
             .collect();
+        for w in &ledger.warnings {
+            (self.on_event)(Event::Warning(w.clone()));
+        }
         RoundReport {
             end_s: now,
             tasks,

@@ -301,6 +301,10 @@ pub enum Event {
         /// When (s since the run's start).
         at_s: f64,
     },
+    /// Something went wrong and the run went on (a node lost, a task
+    /// killed as hung, work lost): said as it happens, and again in the
+    /// report's warnings.
+    Warning(String),
 }
 
 /// One job's outcome, beside the simulation-shaped record.

@@ -303,8 +303,15 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::output("the async runtime", e))?;
+    // Warnings are said as they happen; the report's list repeats only
+    // those not said yet.
+    let mut said: std::collections::HashSet<String> = std::collections::HashSet::new();
     let report = rt.block_on(run_jobs(&config, backend, &mut |e| {
         match e {
+            Event::Warning(w) => {
+                bars.println(&format!("warning: {}", escape(&w)));
+                said.insert(w);
+            }
             Event::Progress { job, done, .. } => {
                 job_bars[job].set_position(done);
             }
@@ -324,7 +331,13 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     }));
     bars.clear();
     let report = report.map_err(CliError::Run)?;
-    for w in &report.result.summary.warnings {
+    for w in report
+        .result
+        .summary
+        .warnings
+        .iter()
+        .filter(|w| !said.contains(*w))
+    {
         tracing::warn!("{}", escape(w));
     }
     print_report(&config, &args, &report)
@@ -610,6 +623,11 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             })
         })
         .collect();
+    // What went wrong so far (saved each round), the latest last.
+    let warnings: &[String] = state
+        .loop_state
+        .as_ref()
+        .map_or(&[], |l| l.warnings.as_slice());
     if args.json {
         let text = serde_json::to_string_pretty(&serde_json::json!({
             "round": round,
@@ -617,6 +635,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             "jobs": jobs,
             "tasks": tasks,
             "rates": state.rates,
+            "warnings": warnings,
         }))
         .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
         println!("{text}");
@@ -657,6 +676,12 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
     print!("{}", t.render());
     print_tasks(&state);
     print_rates(&state.rates);
+    if !warnings.is_empty() {
+        println!("\nwarnings ({}, the latest last):", warnings.len());
+        for w in warnings.iter().rev().take(10).rev() {
+            println!("  {}", escape(w));
+        }
+    }
     Ok(())
 }
 
