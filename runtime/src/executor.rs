@@ -339,12 +339,14 @@ impl RealRounds<'_> {
                 let latest = latest(&self.config.state_dir, *job);
                 p.step = hadar_checkpoint::read_step(&latest).ok().flatten();
                 p.without_checkpoint = 0;
+                p.hung_in_a_row = 0;
             } else {
                 p.without_checkpoint += 1;
                 if p.without_checkpoint >= NO_CHECKPOINT_LIMIT {
                     failed.get_or_insert(RunError::NoCheckpoint {
                         job: self.config.jobs[*job as usize].name.clone(),
                         times: p.without_checkpoint,
+                        hung: p.hung_in_a_row,
                         dir: tasks[0].handle.workdir.clone(),
                     });
                 }
@@ -809,6 +811,9 @@ impl RealRounds<'_> {
                 r.copy,
                 now - r.progress_s
             ));
+            // Said if its job's tasks keep ending without checkpoints.
+            let p = &mut self.state.jobs[r.job as usize];
+            p.hung_in_a_row = p.hung_in_a_row.saturating_add(1);
         }
         self.stop_keys(keys, ledger).await
     }

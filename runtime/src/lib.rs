@@ -132,17 +132,15 @@ pub enum RunError {
         pid: String,
     },
     /// A job's tasks keep ending without a checkpoint.
-    #[error(
-        "job {job}: {times} of its tasks in a row ended without writing a checkpoint (the last \
-         in {dir}; its log is there): it does not follow the job protocol \
-         (docs/job-protocol.md: write $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before \
-         exiting), so its work can never be kept"
-    )]
+    #[error("job {job}: {times} of its tasks in a row ended without writing a checkpoint (the \
+             last in {dir}; its log is there): {}", no_checkpoint_why(*hung, *times))]
     NoCheckpoint {
         /// The job.
         job: String,
         /// Tasks in a row.
         times: u32,
+        /// How many of them were killed as hung.
+        hung: u32,
         /// The last one's directory.
         dir: PathBuf,
     },
@@ -305,6 +303,23 @@ pub enum Event {
     /// killed as hung, work lost): said as it happens, and again in the
     /// report's warnings.
     Warning(String),
+}
+
+/// Why a job's tasks leave no checkpoint: they hung (killed for no
+/// progress: a deadlock, a stopped process, a pace slower than the limit),
+/// or the job does not follow the protocol.
+fn no_checkpoint_why(hung: u32, times: u32) -> String {
+    if hung >= times {
+        "each was killed as hung (no progress for the hang limit): look in its log for a \
+         deadlock or a process that waits, or raise --hang-timeout for a job that reports \
+         rarely"
+            .to_string()
+    } else {
+        "it does not follow the job protocol (docs/job-protocol.md: write \
+         $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before exiting), so its work can never \
+         be kept"
+            .to_string()
+    }
 }
 
 /// One job's outcome, beside the simulation-shaped record.

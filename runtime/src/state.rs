@@ -80,6 +80,9 @@ pub struct JobProgress {
     /// How many of its tasks in a row ended without leaving a checkpoint.
     #[serde(default)]
     pub without_checkpoint: u32,
+    /// How many of those were killed as hung (no progress).
+    #[serde(default)]
+    pub hung_in_a_row: u32,
     /// Where its tasks ran: each distinct placement once, in the order
     /// first used ([`placement_label`]), at most [`MAX_PLACEMENTS`].
     #[serde(default)]
@@ -338,6 +341,27 @@ mod tests {
             backend: None,
             home: None,
         }
+    }
+
+    /// Tasks killed as hung are not blamed on the job protocol.
+    #[test]
+    fn tasks_that_hung_are_not_called_protocol_breakers() {
+        let e = |hung| {
+            RunError::NoCheckpoint {
+                job: "j".into(),
+                times: 5,
+                hung,
+                dir: "/t".into(),
+            }
+            .to_string()
+        };
+        assert!(e(5).contains("killed as hung"), "{}", e(5));
+        assert!(!e(5).contains("job protocol"), "{}", e(5));
+        assert!(
+            e(2).contains("does not follow the job protocol"),
+            "{}",
+            e(2)
+        );
     }
 
     /// `complete` is believed only with its total held: a job marked
