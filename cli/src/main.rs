@@ -196,7 +196,7 @@ fn main() -> ExitCode {
         args.config_backends = config
             .backends
             .iter()
-            .map(|(k, (t, _))| (k.clone(), t.clone()))
+            .map(|(k, (t, from))| (k.clone(), (t.clone(), from.0.clone())))
             .collect();
     }
     let result: Result<(), CliError> = match cli.command {

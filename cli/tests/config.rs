@@ -147,6 +147,40 @@ fn an_unknown_key_is_refused_with_the_nearest_known_one() {
     // Commands that take no settings do not read it.
     let o = hadar_in(dir.path(), dir.path(), &[], &["policies"]);
     assert!(o.status.success());
+    // A typo in the table of a backend this run does not use is said now,
+    // naming the file, not the day that backend is used.
+    std::fs::write(
+        dir.path().join("hadar.toml"),
+        "[backend.ssh]\nknwon_hosts = \"/x\"\n",
+    )
+    .expect("file");
+    std::fs::write(
+        dir.path().join("jobs.toml"),
+        "[[job]]\nname = \"a\"\ncommand = [\"true\"]\niterations = 1\nthroughput = { v100 = 1.0 }\n",
+    )
+    .expect("jobs");
+    let o = hadar_in(
+        dir.path(),
+        dir.path(),
+        &[],
+        &[
+            "run",
+            "--cluster",
+            "v100=1",
+            "--jobs",
+            "jobs.toml",
+            "--state",
+            "st",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("hadar.toml") && err.contains("backend.ssh"),
+        "{err}"
+    );
+    assert!(err.contains("knwon_hosts"), "{err}");
+    assert!(!dir.path().join("st").exists(), "nothing ran");
     // A value the command itself refuses names the file it came from.
     std::fs::write(dir.path().join("hadar.toml"), "round_seconds = 0\n").expect("file");
     let o = hadar_in(dir.path(), dir.path(), &[], &["simulate"]);

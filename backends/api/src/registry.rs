@@ -48,7 +48,16 @@ pub struct Factory {
     pub build: fn(&BackendInputs<'_>) -> Result<Arc<dyn Backend>>,
     /// What it reads of a job's options (`None`: nothing of its own).
     pub job_options: Option<JobOptions>,
+    /// Checks its `[backend.NAME]` table alone, without building anything
+    /// (`None`: it takes no table). Run for the tables of the backends a
+    /// run does not use, so that a typo there is not found only the day
+    /// that backend is used.
+    pub check_table: Option<TableCheck>,
 }
+
+/// A backend's check of its `[backend.NAME]` table: what is wrong, if
+/// anything.
+pub type TableCheck = fn(&toml::Value) -> std::result::Result<(), String>;
 
 /// A backend's per-job options: the jobs file's `[job.NAME]` table, whose
 /// keys it reads over the job's generic `options` (the merged table is
@@ -137,6 +146,36 @@ impl Registry {
             })
     }
 
+    /// Checks the `[backend.NAME]` tables of the backends other than
+    /// `using` (which reads its own when it is built): an unknown NAME, a
+    /// key or value the backend would refuse.
+    pub fn check_unused_tables<'a>(
+        &self,
+        tables: impl IntoIterator<Item = (&'a str, &'a toml::Value)>,
+        using: &str,
+        at: &Location,
+    ) -> Result<()> {
+        for (name, table) in tables {
+            if name == using {
+                continue;
+            }
+            let factory = self.get(name)?;
+            let empty = table.as_table().is_some_and(toml::Table::is_empty);
+            let refused = match factory.check_table {
+                Some(check) => check(table).err(),
+                None if !empty => Some(format!("the {name} backend takes no options")),
+                None => None,
+            };
+            if let Some(why) = refused {
+                return Err(Error::parse(
+                    at.field(format!("backend.{name}")),
+                    format!("{why} (checked though this run uses {using})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Builds the backend `name` from `inputs`.
     pub fn build(&self, name: &str, inputs: &BackendInputs<'_>) -> Result<Arc<dyn Backend>> {
         (self.get(name)?.build)(inputs)
@@ -203,6 +242,7 @@ mod tests {
             node_keys: &["slot"],
             build: memory,
             job_options: None,
+            check_table: None,
         });
         let cluster = Cluster::from_short_form("v100=1", 1).unwrap();
         let table = toml::Table::new();

@@ -89,6 +89,7 @@ pub const FACTORY: Factory = Factory {
         keys: JOB_KEYS,
         check: check_job_options,
     }),
+    check_table: Some(config::check_table),
 };
 
 /// The keys of a job's `[job.docker]` table (also read from its `options`).

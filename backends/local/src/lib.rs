@@ -43,6 +43,7 @@ pub const FACTORY: Factory = Factory {
     node_keys: &[],
     build,
     job_options: None,
+    check_table: None,
 };
 
 fn build(_: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {

@@ -80,6 +80,7 @@ pub const FACTORY: Factory = Factory {
         keys: step_options::JOB_KEYS,
         check: step_options::check_job_options,
     }),
+    check_table: Some(config::check_table),
 };
 
 fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {

@@ -46,6 +46,7 @@ pub const FACTORY: Factory = Factory {
     node_keys: &["address", "port", "user", "key"],
     build,
     job_options: None,
+    check_table: Some(config::check_table),
 };
 
 fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {

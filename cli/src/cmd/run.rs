@@ -104,7 +104,7 @@ pub struct RunArgs {
     /// `[backend.NAME]` tables of the configuration (a cluster file's own
     /// table of the same name wins).
     #[arg(skip)]
-    pub config_backends: std::collections::BTreeMap<String, toml::Table>,
+    pub config_backends: std::collections::BTreeMap<String, (toml::Table, String)>,
 }
 
 /// Stop a real run from another terminal.
@@ -200,7 +200,26 @@ fn backend(args: &RunArgs, cluster: &Cluster, text: &str) -> Result<Arc<dyn Back
         .get("backend")
         .and_then(|b| b.get(&args.backend))
         .is_some();
-    if let (false, Some(t)) = (own, args.config_backends.get(&args.backend)) {
+    // Every other backend's table is checked too: a typo in
+    // [backend.ssh] is said on a local run, not the day SSH is used.
+    let registry = crate::backends::registry();
+    let at = hadar_core::error::Location::new(&source);
+    if let Some(tables) = toml.get("backend").and_then(toml::Value::as_table) {
+        registry.check_unused_tables(
+            tables.iter().map(|(k, v)| (k.as_str(), v)),
+            &args.backend,
+            &at,
+        )?;
+    }
+    for (name, (t, from)) in &args.config_backends {
+        let value = toml::Value::Table(t.clone());
+        registry.check_unused_tables(
+            [(name.as_str(), &value)],
+            &args.backend,
+            &hadar_core::error::Location::new(from),
+        )?;
+    }
+    if let (false, Some((t, _))) = (own, args.config_backends.get(&args.backend)) {
         let backends = toml
             .entry("backend")
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -220,7 +239,7 @@ fn backend(args: &RunArgs, cluster: &Cluster, text: &str) -> Result<Arc<dyn Back
         table,
         base_dir: base,
     };
-    let mut b = crate::backends::registry().build(&args.backend, &inputs)?;
+    let mut b = registry.build(&args.backend, &inputs)?;
     if let Some(seed) = args.inject_faults {
         let nodes: Vec<String> = cluster.nodes().iter().map(|n| n.name.clone()).collect();
         b = Arc::new(Fault::new(b, FaultPlan::from_seed(seed, &nodes)));
