@@ -959,6 +959,11 @@ impl RoundExecutor for RealRounds<'_> {
     }
 
     async fn idle_until(&mut self, t: f64) -> hadar_core::Result<f64> {
+        if self.state.finished {
+            // A finished run, reported again: its time stopped at its end
+            // (else its utilization fell as the days passed).
+            return Ok(t);
+        }
         // In short sleeps: a stop asked while the run waits for a job's
         // arrival is heard.
         let until = self.now() + (t - self.now()).min(3600.0);

@@ -339,7 +339,7 @@ async fn a_real_run_refuses_an_invalid_plan() {
 async fn a_state_of_other_jobs_is_refused_not_discarded() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = config(PolicyKind::Hadar, dir.path(), 300);
-    run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+    let first = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
         .expect("first run");
     let other = config(PolicyKind::Hadar, dir.path(), 400);
@@ -357,6 +357,11 @@ async fn a_state_of_other_jobs_is_refused_not_discarded() {
         .expect("again");
     assert!(again.already_finished);
     assert_eq!(again.result.summary.jobs_completed, 4);
+    // Its figures are the run's, whenever it is reported again (its time
+    // stopped at its end: the utilization fell as time passed).
+    let (a, b) = (&first.result.summary, &again.result.summary);
+    assert_eq!(a.makespan_s, b.makespan_s);
+    assert_eq!(a.utilization, b.utilization);
 }
 
 /// Moves the first active job to the other GPU of the fast node every
