@@ -389,6 +389,17 @@ impl Cluster {
     /// The same cluster without the nodes named in `gone` (nodes that failed).
     /// GPU ids are renumbered; type ids and order stay.
     pub fn without(&self, gone: &[String]) -> Result<Self> {
+        if self.nodes.iter().all(|n| gone.contains(&n.name)) {
+            return Err(Error::Inconsistent {
+                location: Location::new("cluster"),
+                message: format!(
+                    "every node was lost ({}): nothing is left to run on; the warnings say \
+                     why each was dropped (unreachable: an address, a key, a daemon down?); \
+                     fix that and run the same command again: it resumes",
+                    gone.join(", ")
+                ),
+            });
+        }
         let nodes = self
             .nodes
             .iter()
@@ -505,6 +516,17 @@ impl NodeSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn losing_every_node_says_so() {
+        let c = Cluster::from_short_form("v100=2", 1).unwrap();
+        assert_eq!(c.without(&["v100-0".into()]).unwrap().num_gpus(), 1);
+        let err = c
+            .without(&["v100-0".into(), "v100-1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("every node was lost (v100-0, v100-1)"), "{err}");
+    }
 
     #[test]
     fn short_form_one_gpu_per_node() {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use hadar_backend::protocol::RESUME_FILE;
 use hadar_backend::{
-    Backend, NodeGpus, Ranks, Rendezvous, TaskFile, TaskSpec, TaskState, TaskStatus,
+    Backend, BackendError, NodeGpus, Ranks, Rendezvous, TaskFile, TaskSpec, TaskState, TaskStatus,
 };
 use hadar_core::cluster::{Cluster, GpuId};
 use hadar_core::engine::LoopState;
@@ -154,12 +154,13 @@ impl RealRounds<'_> {
             .collect()
     }
 
-    fn lose(&mut self, ledger: &mut Ledger, node: &str) {
+    /// Drops `node` (`why`: the backend's error) from the run.
+    fn lose(&mut self, ledger: &mut Ledger, node: &str, why: &BackendError) {
         if !ledger.lost_nodes.iter().any(|n| n == node) {
             ledger.lost_nodes.push(node.to_string());
             ledger.warnings.push(format!(
-                "node {node} became unreachable: its jobs go back to their last checkpoints \
-                 and run elsewhere"
+                "node {node} became unreachable ({why}): its jobs go back to their last \
+                 checkpoints and run elsewhere"
             ));
         }
         let (lost, kept): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
@@ -259,7 +260,7 @@ impl RealRounds<'_> {
                     Some(node) => {
                         let node = node.to_string();
                         self.state.running.push(r);
-                        self.lose(ledger, &node);
+                        self.lose(ledger, &node, &e);
                     }
                     None => {
                         // Not stopped: it stays ours, recorded, and the
@@ -625,7 +626,7 @@ impl RealRounds<'_> {
                 Err(e) => match e.lost_node() {
                     Some(node) => {
                         let node = node.to_string();
-                        self.lose(ledger, &node);
+                        self.lose(ledger, &node, &e);
                     }
                     None => {
                         failed.get_or_insert(RunError::Launch {
@@ -698,7 +699,7 @@ impl RealRounds<'_> {
         let mut ended: HashSet<Key> = HashSet::new();
         let mut hung: HashSet<Key> = HashSet::new();
         let mut broken: HashSet<Key> = HashSet::new();
-        let mut lost: Vec<String> = Vec::new();
+        let mut lost: Vec<(String, BackendError)> = Vec::new();
         for (i, res) in results.into_iter().enumerate() {
             match res {
                 Ok(status) => {
@@ -744,13 +745,13 @@ impl RealRounds<'_> {
                     }
                 }
                 Err(e) => match e.lost_node() {
-                    Some(node) => lost.push(node.to_string()),
+                    Some(node) => lost.push((node.to_string(), e)),
                     None => return Err(e.into()),
                 },
             }
         }
-        for node in &lost {
-            self.lose(ledger, node);
+        for (node, why) in &lost {
+            self.lose(ledger, node, why);
         }
         self.stop_stranded(ledger).await;
         self.stop_hung(&hung, now, ledger).await?;
