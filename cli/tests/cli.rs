@@ -631,35 +631,14 @@ fn run_real_jobs_locally_then_status() {
     let o = hadar(&["status", "--state", state.to_str().expect("utf-8")]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("rates, iterations/s"), "{}", stdout(&o));
-    // A missing program is named, with how to get it.
-    std::fs::write(
-        dir.path().join("bad.toml"),
-        "[[job]]\nname = \"x\"\ncommand = [\"./no-such-trainer\"]\niterations = 5\nthroughput = { v100 = 1.0 }\n",
-    )
-    .expect("bad");
-    let o = hadar(&[
-        "run",
-        "--cluster",
-        root.join("examples/local/cluster.toml")
-            .to_str()
-            .expect("utf-8"),
-        "--jobs",
-        dir.path().join("bad.toml").to_str().expect("utf-8"),
-        "--state",
-        state.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(o.status.code(), Some(3), "a bad input, not a usage error");
-    assert!(
-        stderr(&o).contains("no-such-trainer does not exist"),
-        "{}",
-        stderr(&o)
-    );
-    // A program that is not executable, or not on PATH, is refused the
-    // same way, before anything starts (it was caught at its first launch,
-    // with other jobs running, and stopped the run with exit 7).
+    // A missing program is named; so is one that is not executable, or
+    // not on PATH: refused before anything starts, as a bad input (exit 3;
+    // the last two were caught at their first launch, with other jobs
+    // running, and stopped the run with exit 7).
     let plain = dir.path().join("not-executable");
     std::fs::write(&plain, "#!/bin/sh\n").expect("file");
     for (program, needle) in [
+        ("./no-such-trainer", "no-such-trainer does not exist"),
         ("./not-executable", "not-executable is not executable"),
         ("no-such-program-on-path", "is not on PATH"),
     ] {

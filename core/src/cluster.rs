@@ -525,7 +525,10 @@ mod tests {
             .without(&["v100-0".into(), "v100-1".into()])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("every node was lost (v100-0, v100-1)"), "{err}");
+        assert!(
+            err.contains("every node was lost (v100-0, v100-1)"),
+            "{err}"
+        );
     }
 
     #[test]

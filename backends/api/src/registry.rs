@@ -59,6 +59,18 @@ pub struct Factory {
 /// anything.
 pub type TableCheck = fn(&toml::Value) -> std::result::Result<(), String>;
 
+/// The usual [`TableCheck`]: the table deserializes into the backend's own
+/// `T` (its keys, their types).
+pub fn deserializes<T: serde::de::DeserializeOwned>(
+    table: &toml::Value,
+) -> std::result::Result<(), String> {
+    table
+        .clone()
+        .try_into::<T>()
+        .map(|_| ())
+        .map_err(|e| e.to_string().trim_end().to_string())
+}
+
 /// A backend's per-job options: the jobs file's `[job.NAME]` table, whose
 /// keys it reads over the job's generic `options` (the merged table is
 /// [`crate::TaskSpec::options`]).

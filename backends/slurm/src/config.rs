@@ -126,11 +126,7 @@ pub fn from_toml(file: &toml::Table, source: &str) -> Result<SlurmOptions> {
 /// The `[backend.NAME]` table alone, as the registry checks it for a run
 /// that does not use this backend: its keys and their types.
 pub fn check_table(table: &toml::Value) -> std::result::Result<(), String> {
-    table
-        .clone()
-        .try_into::<Table>()
-        .map(|_| ())
-        .map_err(|e| e.to_string().trim_end().to_string())
+    hadar_backend::registry::deserializes::<Table>(table)
 }
 
 #[cfg(test)]

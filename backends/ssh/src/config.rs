@@ -109,11 +109,7 @@ pub fn from_toml(
 /// The `[backend.NAME]` table alone, as the registry checks it for a run
 /// that does not use this backend: its keys and their types.
 pub fn check_table(table: &toml::Value) -> std::result::Result<(), String> {
-    table
-        .clone()
-        .try_into::<Defaults>()
-        .map(|_| ())
-        .map_err(|e| e.to_string().trim_end().to_string())
+    hadar_backend::registry::deserializes::<Defaults>(table)
 }
 
 #[cfg(test)]
