@@ -11,7 +11,7 @@ mod timeout;
 
 pub use fault::{Fault, FaultPlan};
 pub use retry::Retry;
-pub use timeout::Timeout;
+pub use timeout::{Timeout, FETCH_LIMIT, MIN_TRANSFER_BYTES_PER_S};
 
 #[cfg(test)]
 pub(crate) mod tests;

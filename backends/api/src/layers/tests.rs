@@ -21,6 +21,8 @@ pub(crate) struct Memory {
     pub(crate) flaky_launches: AtomicU32,
     /// How long a status call takes.
     pub(crate) status_delay: Mutex<Duration>,
+    /// How long a launch and a fetch take.
+    pub(crate) transfer_delay: Mutex<Duration>,
     /// What `renew_due` says.
     pub(crate) renew: std::sync::atomic::AtomicBool,
 }
@@ -37,6 +39,8 @@ impl Backend for Memory {
         self.renew.load(Ordering::SeqCst)
     }
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
+        let delay = *self.transfer_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         if self
             .flaky_launches
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -80,6 +84,8 @@ impl Backend for Memory {
         Ok(None)
     }
     async fn fetch(&self, _: &TaskHandle, _: &str, _: &Path) -> Result<bool, BackendError> {
+        let delay = *self.transfer_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         Ok(false)
     }
 }
@@ -148,6 +154,38 @@ async fn timeout_turns_a_silent_node_into_a_lost_one() {
     let h = t.launch(&spec("slow")).await.unwrap();
     let err = t.status(&h).await.unwrap_err();
     assert_eq!(err.lost_node(), Some("slow"), "{err}");
+}
+
+/// Calls that move files are bounded by their size, not by the limit
+/// alone: a launch staging a big checkpoint, or a fetch of one, is not a
+/// silent node (it marked a healthy node lost).
+#[tokio::test(start_paused = true)]
+async fn transfers_get_time_for_their_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("resume.safetensors");
+    // 50 MiB (sparse): 5 s at the slowest rate allowed, on top of 1 s.
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(5 * MIN_TRANSFER_BYTES_PER_S)
+        .unwrap();
+    let mut s = spec("n");
+    s.inputs.push(crate::TaskFile {
+        name: "resume.safetensors".into(),
+        local: big,
+    });
+    let mem = Arc::new(Memory::default());
+    let t = Timeout::new(mem.clone(), Duration::from_secs(1));
+    *mem.transfer_delay.lock().unwrap() = Duration::from_secs(4);
+    let h = t.launch(&s).await.expect("4 s for 50 MiB: in time");
+    assert!(t.fetch(&h, "x", dir.path()).await.is_ok(), "a fetch of 4 s");
+    *mem.transfer_delay.lock().unwrap() = Duration::from_secs(8);
+    let err = t.launch(&s).await.unwrap_err();
+    assert_eq!(err.lost_node(), Some("n"), "8 s for 50 MiB: {err}");
+    *mem.transfer_delay.lock().unwrap() = FETCH_LIMIT + Duration::from_secs(1);
+    assert!(
+        t.fetch(&h, "x", dir.path()).await.is_err(),
+        "past the fetch bound"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -9,14 +9,25 @@ use crate::{
 };
 
 /// Bounds every call by `limit` (a stop by its grace period and the kill
-/// wait on top). A call that runs out is reported as its node being
-/// unreachable: a node that does not answer in time is treated as lost and
-/// its jobs are rescheduled from their checkpoints.
+/// wait on top; a call that moves files by their size: see
+/// [`MIN_TRANSFER_BYTES_PER_S`]). A call that runs out is reported as its
+/// node being unreachable: a node that does not answer in time is treated
+/// as lost and its jobs are rescheduled from their checkpoints.
 #[derive(Debug)]
 pub struct Timeout {
     inner: Arc<dyn Backend>,
     limit: Duration,
 }
+
+/// The slowest a transfer may go before its call counts as a silent node:
+/// a launch, which stages its inputs (a resume checkpoint of many GB), gets
+/// its inputs' size at this rate on top of the limit. (With the limit
+/// alone, a big checkpoint's staging marked a healthy node lost.)
+pub const MIN_TRANSFER_BYTES_PER_S: u64 = 10 << 20;
+
+/// A fetch's bound: its size is known only once it is done, and a
+/// checkpoint of 18 GB takes this long at [`MIN_TRANSFER_BYTES_PER_S`].
+pub const FETCH_LIMIT: Duration = Duration::from_secs(30 * 60);
 
 impl Timeout {
     /// Every call bounded by `limit`.
@@ -64,7 +75,14 @@ impl Backend for Timeout {
             .await
     }
     async fn launch(&self, spec: &TaskSpec) -> Result<TaskHandle, BackendError> {
-        self.call(spec.node(), "launch", self.limit, self.inner.launch(spec))
+        let bytes: u64 = spec
+            .inputs
+            .iter()
+            .filter_map(|f| std::fs::metadata(&f.local).ok())
+            .map(|m| m.len())
+            .sum();
+        let limit = self.limit + Duration::from_secs(bytes / MIN_TRANSFER_BYTES_PER_S);
+        self.call(spec.node(), "launch", limit, self.inner.launch(spec))
             .await
     }
     async fn status(&self, task: &TaskHandle) -> Result<TaskStatus, BackendError> {
@@ -97,7 +115,7 @@ impl Backend for Timeout {
         self.call(
             task.node(),
             "fetch",
-            self.limit,
+            self.limit.max(FETCH_LIMIT),
             self.inner.fetch(task, name, local),
         )
         .await
