@@ -343,6 +343,18 @@ pub enum BackendError {
         #[source]
         source: std::io::Error,
     },
+    /// A call other than a launch was refused by the node's manager (a
+    /// Docker daemon's API error on an inspect, a kill, a download...): the
+    /// node answered, so it is not lost, and nothing is retried.
+    #[error("node {node}: {operation} failed: {message}")]
+    Refused {
+        /// The node.
+        node: String,
+        /// What was asked.
+        operation: String,
+        /// Why it was refused.
+        message: String,
+    },
     /// The request does not fit this backend (an unknown node, ...).
     #[error("{0}")]
     Invalid(String),

@@ -95,6 +95,34 @@ pub const FACTORY: Factory = Factory {
 /// The keys of a job's `[job.docker]` table (also read from its `options`).
 pub const JOB_KEYS: &[&str] = &["image", "shm_size_mb"];
 
+/// An API error of call `what` on `node`: a failed launch where `what`
+/// starts a task, a refused call otherwise.
+fn api_error(node: &str, what: &str, message: String) -> BackendError {
+    if LAUNCH_CALLS.iter().any(|c| what.starts_with(c)) {
+        BackendError::Launch {
+            node: node.to_string(),
+            message,
+        }
+    } else {
+        BackendError::Refused {
+            node: node.to_string(),
+            operation: what.to_string(),
+            message,
+        }
+    }
+}
+
+/// The calls (by the name [`DockerBackend::fail`] gets) that start a task:
+/// an API error there is a failed launch.
+const LAUNCH_CALLS: &[&str] = &[
+    "create",
+    "start",
+    "upload of the task's files",
+    "image inspect",
+    "importing image",
+    "looking for the program",
+];
+
 /// A job's own image (`image`), if it names one.
 fn job_image(options: &toml::Table) -> Result<Option<String>, String> {
     match options.get("image") {
@@ -601,8 +629,10 @@ impl DockerBackend {
     }
 
     /// A failed call as the contract's error: an API error is about the
-    /// request (`Launch`), anything else means the daemon is gone
-    /// (`Unreachable`, and its client is dropped so the next call reconnects).
+    /// request (`Launch` for the calls that start a task, `Refused` for
+    /// the others: an inspect or a kill refused is no failed launch),
+    /// anything else means the daemon is gone (`Unreachable`, and its
+    /// client is dropped so the next call reconnects).
     async fn fail(&self, node: &str, what: &str, e: DockerError) -> BackendError {
         let url = self
             .nodes
@@ -613,16 +643,16 @@ impl DockerBackend {
             DockerError::DockerResponseServerError {
                 status_code,
                 message,
-            } => BackendError::Launch {
-                node: node.to_string(),
-                message: DockerBackendError::Api {
+            } => {
+                let message = DockerBackendError::Api {
                     url,
                     what: what.into(),
                     status: status_code,
                     message,
                 }
-                .to_string(),
-            },
+                .to_string();
+                api_error(node, what, message)
+            }
             e => {
                 self.clients.lock().await.remove(node);
                 BackendError::Unreachable {
@@ -1438,6 +1468,32 @@ impl Backend for DockerBackend {
 
 #[cfg(test)]
 mod tests {
+
+    /// An API error on a call that starts a task is a failed launch; on any
+    /// other call (an inspect, a kill, a download) it says which call was
+    /// refused (all were called launch failures).
+    #[test]
+    fn api_errors_name_the_call_and_launch_only_for_launches() {
+        for what in ["create", "start", "importing image x:1"] {
+            assert!(
+                matches!(
+                    api_error("d1", what, "m".into()),
+                    BackendError::Launch { .. }
+                ),
+                "{what}"
+            );
+        }
+        for what in ["inspect", "kill", "archive download", "logs"] {
+            let e = api_error("d1", what, "409 conflict".into());
+            assert!(matches!(e, BackendError::Refused { .. }), "{what}: {e:?}");
+            assert!(e.lost_node().is_none() && !e.is_transient(), "{what}");
+            assert_eq!(
+                e.to_string(),
+                format!("node d1: {what} failed: 409 conflict")
+            );
+        }
+    }
+
     use super::*;
     use hadar_backend::NodeGpus;
 
