@@ -394,8 +394,7 @@ impl Cluster {
                 location: Location::new("cluster"),
                 message: format!(
                     "every node was lost ({}): nothing is left to run on; the warnings say \
-                     why each was dropped (unreachable: an address, a key, a daemon down?); \
-                     fix that and run the same command again: it resumes",
+                     why each was dropped (unreachable: an address, a key, a daemon down?)",
                     gone.join(", ")
                 ),
             });

@@ -33,8 +33,17 @@ pub(crate) fn install(dir: &Path, job: u32, files: &[(PathBuf, u64)]) -> Result<
         std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
     }
     let mut files = files.to_vec();
+    let mut dropped = false;
     loop {
-        if files.len() == 1 || files.iter().all(|(_, it)| *it == 0) {
+        if files.is_empty() {
+            // Every copy diverged: the job keeps its last checkpoint.
+            tracing::warn!("job {job}: every copy holds NaN or infinite values: none kept");
+            return Ok(0);
+        }
+        // One copy is taken as it is, unless a diverged one was just left
+        // out: then it is checked too (a merge of one).
+        let zero = files.iter().all(|(_, it)| *it == 0);
+        if (files.len() == 1 && !dropped) || zero {
             copy_atomic(&files[0].0, &out)?;
             break;
         }
@@ -49,6 +58,7 @@ pub(crate) fn install(dir: &Path, job: u32, files: &[(PathBuf, u64)]) -> Result<
                     path.display()
                 );
                 files.retain(|(p, _)| *p != path);
+                dropped = true;
             }
             other => {
                 other?;

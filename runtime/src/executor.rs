@@ -10,7 +10,7 @@
 //! without a checkpoint takes its work back with it (a rollback to what the
 //! job's latest checkpoint holds).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,6 +105,10 @@ struct Ledger {
     /// Tasks of several nodes dropped with a lost node: their ranks on the
     /// nodes still up are stopped ([`RealRounds::stop_stranded`]).
     stranded: Vec<Running>,
+    /// Ended tasks whose checkpoints could not be collected (a full or
+    /// read-only state directory): each caller keeps them recorded where
+    /// they came from, for a later look to collect.
+    uncollected: Vec<Running>,
 }
 
 /// Books a task's status into it and its job: the iterations it grew by
@@ -272,11 +276,24 @@ impl RealRounds<'_> {
             }
         }
         self.stop_stranded(ledger).await;
-        let banked = self.bank(by_job, ledger).await;
+        let banked = self.bank_running(by_job, ledger).await;
         match failed {
             Some(e) => Err(e),
             None => banked,
         }
+    }
+
+    /// [`Self::bank`] for tasks that were running: those whose checkpoints
+    /// could not be collected stay recorded as running (they have exited;
+    /// a later poll or the next run collects them).
+    async fn bank_running(
+        &mut self,
+        by_job: BTreeMap<u32, Vec<Running>>,
+        ledger: &mut Ledger,
+    ) -> Result<(), RunError> {
+        let banked = self.bank(by_job, ledger).await;
+        self.state.running.append(&mut ledger.uncollected);
+        banked
     }
 
     /// Collects the checkpoints of ended tasks (all fetched side by side),
@@ -290,7 +307,7 @@ impl RealRounds<'_> {
             Ok(into) => into,
             Err(e) => {
                 // Nowhere to put them: every task stays recorded (below).
-                self.state.running.extend(by_job.into_values().flatten());
+                ledger.uncollected.extend(by_job.into_values().flatten());
                 return Err(e);
             }
         };
@@ -321,8 +338,14 @@ impl RealRounds<'_> {
         // next run collects them. Nothing is banked or counted lost for it.
         let mut uncollected: Vec<Running> = Vec::new();
         for (job, tasks) in &by_job {
-            let did: u64 = tasks.iter().map(|r| r.iterations).sum();
             let got = files.remove(job).unwrap_or_default();
+            if self.state.jobs[*job as usize].complete {
+                // Copies stopped after their job finished: its model is the
+                // one that reached the total; theirs, behind it, would
+                // replace it.
+                continue;
+            }
+            let did: u64 = tasks.iter().map(|r| r.iterations).sum();
             let installed = if unfetched.contains(job) {
                 None
             } else {
@@ -369,7 +392,7 @@ impl RealRounds<'_> {
                 ));
             }
         }
-        self.state.running.extend(uncollected);
+        ledger.uncollected.extend(uncollected);
         failed.map_or(Ok(()), Err)
     }
 
@@ -768,7 +791,7 @@ impl RealRounds<'_> {
         }
         let mut finished_any = false;
         let jobs: Vec<u32> = by_job.keys().copied().collect();
-        self.bank(by_job, ledger).await?;
+        self.bank_running(by_job, ledger).await?;
         for job in jobs {
             if self.state.jobs[job as usize].complete {
                 // The job is done: its other copies stop.
@@ -812,8 +835,12 @@ impl RealRounds<'_> {
                 r.copy,
                 now - r.progress_s
             ));
-            // Said if its job's tasks keep ending without checkpoints.
-            let p = &mut self.state.jobs[r.job as usize];
+        }
+        // Counted once a job, as its tasks without a checkpoint are (once a
+        // bank): said if they keep ending so.
+        let jobs: BTreeSet<u32> = keys.iter().map(|k| k.0).collect();
+        for job in jobs {
+            let p = &mut self.state.jobs[job as usize];
             p.hung_in_a_row = p.hung_in_a_row.saturating_add(1);
         }
         self.stop_keys(keys, ledger).await
@@ -1073,6 +1100,9 @@ impl RealRounds<'_> {
                 "collecting the checkpoints of tasks that ended while no run watched: {e}"
             );
         }
+        // Not collected: they stay write-ahead entries (their handles have
+        // no id to ask a status of), for the next look to find and collect.
+        kept.append(&mut ledger.uncollected);
         for w in ledger.warnings {
             tracing::warn!("{w}");
         }

@@ -111,8 +111,8 @@ pub enum RunError {
     /// The state directory is a copy of a run's that is still in its own.
     #[error(
         "{dir} is a copy of {home}, which holds the same run with its tasks recorded: only one \
-         directory may steer them. Resume the run with `--state {home}`, or remove this copy \
-         (`--fresh` here would stop that run's tasks)"
+         directory may steer them. Resume the run with `--state {home}`, or start this copy \
+         over with --fresh (its files are set aside; that run's tasks are left to it)"
     )]
     Copied {
         /// This state directory.
@@ -623,7 +623,8 @@ fn check_remote_dir(config: &RunConfig) -> Result<(), RunError> {
         Some(dir) if !dir.is_absolute() => Err(RunError::Core(hadar_core::Error::Setting {
             name: "remote-dir".into(),
             message: format!(
-                "{} is a relative path; the task directories on the nodes need an absolute                  one (e.g. /scratch/hadar)",
+                "{} is a relative path; the task directories on the nodes need an absolute \
+                 one (e.g. /scratch/hadar)",
                 dir.display()
             ),
         })),

@@ -505,10 +505,13 @@ async fn checkpoints_that_cannot_be_collected_stay_recorded_for_the_next_run() {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(run(&first, Arc::new(LocalBackend::new()), &mut |_| {}))
     });
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    wait_for_a_task(dir.path()).await;
+    // (A bank between the two steps would make the directory again.)
     let incoming = dir.path().join("checkpoints");
-    let _ = std::fs::remove_dir_all(&incoming);
-    std::fs::write(&incoming, "in the way").expect("a file in the way");
+    while {
+        let _ = std::fs::remove_dir_all(&incoming);
+        std::fs::write(&incoming, "in the way").is_err()
+    } {}
     assert!(hadar_runtime::request_stop(dir.path()).expect("stop"));
     let err = handle.join().expect("join").expect_err("halted");
     let text = err.to_string();
@@ -577,7 +580,7 @@ async fn a_copied_state_directory_does_not_adopt_the_run_s_tasks() {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(run(&first, Arc::new(LocalBackend::new()), &mut |_| {}))
     });
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    wait_for_a_task(&home).await;
     let cp = std::process::Command::new("cp")
         .arg("-a")
         .arg(&home)
@@ -601,4 +604,19 @@ async fn a_copied_state_directory_does_not_adopt_the_run_s_tasks() {
         assert_eq!(j.state, "finished", "{j:?}");
         assert_eq!(j.lost_iterations, 0, "its tasks were left alone: {j:?}");
     }
+}
+
+/// Waits until the run in `dir` records a running task (its state saved).
+async fn wait_for_a_task(dir: &std::path::Path) {
+    for _ in 0..600 {
+        if load_state(dir)
+            .ok()
+            .flatten()
+            .is_some_and(|s| !s.running.is_empty())
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no task was recorded in {} within 30 s", dir.display());
 }

@@ -153,8 +153,9 @@ fn resolve(argv0: &str, jobs_dir: &Path) -> String {
 
 /// A local run's program, checked before anything starts (not at the
 /// job's first launch, with other jobs running): a path names an
-/// executable file; a bare name is found on PATH.
-fn check_program_here(job: &str, program: &str) -> Result<(), CliError> {
+/// executable file; a bare name is found on PATH (the job's, where its
+/// `env` sets one).
+fn check_program_here(job: &str, program: &str, path: Option<&String>) -> Result<(), CliError> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -168,7 +169,11 @@ fn check_program_here(job: &str, program: &str) -> Result<(), CliError> {
             Ok(_) => return Ok(()),
         }
     } else {
-        let path = std::env::var_os("PATH").unwrap_or_default();
+        // The job's own PATH where it sets one (its task gets that one).
+        let path = path
+            .map(std::ffi::OsString::from)
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_default();
         if std::env::split_paths(&path).any(|d| executable(&d.join(program))) {
             return Ok(());
         }
@@ -250,6 +255,8 @@ fn backend(args: &RunArgs, cluster: &Cluster, text: &str) -> Result<Arc<dyn Back
 
 /// Runs `hadar run`.
 pub fn run(args: RunArgs) -> Result<(), CliError> {
+    // First: a stop asked while the inputs are read is heard, not fatal.
+    let interrupt = on_signals()?;
     let policy = PolicyKind::parse(&args.policy)?;
     super::check_round_seconds(args.round_seconds)?;
     let signal: Signal = args
@@ -280,7 +287,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     for j in &mut jobs {
         j.command[0] = resolve(&j.command[0], jobs_dir);
         if args.backend == "local" {
-            check_program_here(&j.name, &j.command[0])?;
+            check_program_here(&j.name, &j.command[0], j.env.get("PATH"))?;
         }
     }
     check_rates(&jobs, &cluster, &args.jobs)?;
@@ -295,7 +302,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let backend = backend(&args, &cluster, &cluster_text)?;
     let guards = Guards {
         hang_timeout: args.hang_timeout,
-        interrupt: on_signals()?,
+        interrupt,
         fresh: args.fresh,
     };
     let config = RunConfig {
