@@ -108,22 +108,24 @@ pub(crate) fn set_aside(dir: &Path, unix_s: u64) -> Result<Option<PathBuf>, RunE
 /// Makes a new directory `DIR<suffix>`, or `DIR<suffix>-2`, `-3`, ... where
 /// that exists (two starts over in one second each keep their own).
 fn new_sibling(dir: &Path, suffix: &str) -> Result<PathBuf, RunError> {
-    for n in 1..=1000 {
+    let named = |n: u32| {
         let mut name = dir.as_os_str().to_owned();
         name.push(suffix);
         if n > 1 {
             name.push(format!("-{n}"));
         }
-        let path = PathBuf::from(name);
+        PathBuf::from(name)
+    };
+    for n in 1..=1000 {
+        let path = named(n);
         match std::fs::create_dir(&path) {
             Ok(()) => return Ok(path),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(io(&path, e)),
         }
     }
-    let path = PathBuf::from(format!("{}{suffix}-1000", dir.display()));
     Err(io(
-        &path,
+        &named(1000),
         std::io::Error::new(
             std::io::ErrorKind::AlreadyExists,
             "1000 set-aside directories of this name exist already: move some away",

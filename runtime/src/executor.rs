@@ -185,12 +185,6 @@ impl RealRounds<'_> {
         }
     }
 
-    /// Books a status into the running task at `i`.
-    fn absorb(&mut self, i: usize, status: &TaskStatus, ledger: &mut Ledger, now: f64) {
-        let r = &mut self.state.running[i];
-        absorb(r, &mut self.state.jobs, status, ledger, now);
-    }
-
     /// Stops the tasks whose job's placement changed, collects their checkpoints.
     async fn stop_changed(
         &mut self,
@@ -336,7 +330,6 @@ impl RealRounds<'_> {
         // full or read-only state directory) keeps its tasks recorded: their
         // checkpoints stay in the task directories, and a later poll or the
         // next run collects them. Nothing is banked or counted lost for it.
-        let mut uncollected: Vec<Running> = Vec::new();
         for (job, tasks) in &by_job {
             let got = files.remove(job).unwrap_or_default();
             if self.state.jobs[*job as usize].complete {
@@ -354,7 +347,7 @@ impl RealRounds<'_> {
                     .ok()
             };
             let Some(banked) = installed else {
-                uncollected.extend(tasks.iter().cloned());
+                ledger.uncollected.extend(tasks.iter().cloned());
                 continue;
             };
             let p = &mut self.state.jobs[*job as usize];
@@ -392,7 +385,6 @@ impl RealRounds<'_> {
                 ));
             }
         }
-        ledger.uncollected.extend(uncollected);
         failed.map_or(Ok(()), Err)
     }
 
@@ -726,7 +718,8 @@ impl RealRounds<'_> {
         for (i, res) in results.into_iter().enumerate() {
             match res {
                 Ok(status) => {
-                    self.absorb(i, &status, ledger, now);
+                    let r = &mut self.state.running[i];
+                    absorb(r, &mut self.state.jobs, &status, ledger, now);
                     let r = &self.state.running[i];
                     let limit = hang_limit(&self.config.guards, r.iterations > 0, r.gap_s);
                     if status.state == TaskState::Running && now - r.progress_s > limit {

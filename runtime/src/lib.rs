@@ -308,17 +308,15 @@ pub enum Event {
 /// Why a job's tasks leave no checkpoint: they hung (killed for no
 /// progress: a deadlock, a stopped process, a pace slower than the limit),
 /// or the job does not follow the protocol.
-fn no_checkpoint_why(hung: u32, times: u32) -> String {
+fn no_checkpoint_why(hung: u32, times: u32) -> &'static str {
     if hung >= times {
         "each was killed as hung (no progress for the hang limit): look in its log for a \
          deadlock or a process that waits, or raise --hang-timeout for a job that reports \
          rarely"
-            .to_string()
     } else {
         "it does not follow the job protocol (docs/job-protocol.md: write \
          $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before exiting), so its work can never \
          be kept"
-            .to_string()
     }
 }
 

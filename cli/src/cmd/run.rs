@@ -157,15 +157,13 @@ fn resolve(argv0: &str, jobs_dir: &Path) -> String {
 /// `env` sets one).
 fn check_program_here(job: &str, program: &str, path: Option<&String>) -> Result<(), CliError> {
     use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
+    let runs = |m: &std::fs::Metadata| m.permissions().mode() & 0o111 != 0;
+    let executable = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && runs(&m));
     let problem = if program.contains('/') {
-        let path = Path::new(program);
-        match std::fs::metadata(path) {
+        match std::fs::metadata(program) {
             Err(_) => "does not exist",
             Ok(m) if !m.is_file() => "is not a file",
-            Ok(_) if !executable(path) => "is not executable (chmod +x it)",
+            Ok(m) if !runs(&m) => "is not executable (chmod +x it)",
             Ok(_) => return Ok(()),
         }
     } else {
