@@ -162,9 +162,9 @@ impl RealRounds<'_> {
     fn lose(&mut self, ledger: &mut Ledger, node: &str, why: &BackendError) {
         if !ledger.lost_nodes.iter().any(|n| n == node) {
             ledger.lost_nodes.push(node.to_string());
+            // (`why` names the node: "node N is unreachable: ...".)
             ledger.warnings.push(format!(
-                "node {node} became unreachable ({why}): its jobs go back to their last \
-                 checkpoints and run elsewhere"
+                "{why}: its jobs go back to their last checkpoints and run elsewhere"
             ));
         }
         let (lost, kept): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
