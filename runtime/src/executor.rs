@@ -999,7 +999,11 @@ impl RoundExecutor for RealRounds<'_> {
     }
 
     fn save(&mut self, state: &LoopState) -> hadar_core::Result<()> {
-        self.state.loop_state = Some(state.clone());
+        let dir = &self.config.state_dir;
+        let mark = self.state.history.unwrap_or_default();
+        let mark = crate::history::append(dir, state, mark).map_err(RunError::into_core)?;
+        self.state.history = Some(mark);
+        self.state.loop_state = Some(state.without_history());
         if let Some(k) = &state.knowledge {
             let types = self.cluster.gpu_types();
             self.state.rates = crate::rates::believed(&self.config.jobs, types, &k.model);

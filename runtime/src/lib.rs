@@ -14,6 +14,7 @@
 mod checkpoints;
 pub mod control;
 mod executor;
+pub mod history;
 pub mod jobs;
 pub mod parallel;
 pub mod rates;
@@ -35,10 +36,10 @@ use serde::Serialize;
 
 pub use control::{is_running, request_stop};
 pub use jobs::RunJob;
-pub use state::{load_state, state_path, RunState};
+pub use state::{load_state, save_state, state_path, RunState};
 
 use executor::RealRounds;
-use state::{save_state, JobProgress};
+use state::JobProgress;
 
 /// Errors of a run.
 #[derive(Debug, thiserror::Error)]
@@ -447,6 +448,10 @@ pub async fn run(
         &workload,
         &config.jobs,
     ));
+    if state.history.is_some() {
+        // The records the history file holds are not kept twice.
+        state.loop_state = state.loop_state.as_ref().map(LoopState::without_history);
+    }
     let experiment = Experiment::new(
         workload,
         SimSettings {
@@ -557,6 +562,7 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             launching: Vec::new(),
             launches: 0,
             loop_state: None,
+            history: None,
             finished: false,
             finished_unix_s: None,
             rates: Vec::new(),

@@ -163,7 +163,12 @@ pub struct RunState {
     #[serde(default)]
     pub launches: u64,
     /// The loop's state after its last round (none before the first).
+    /// Its records that only grow are in `history.jsonl` where
+    /// [`RunState::history`] is set (and inline in states of older versions).
     pub loop_state: Option<LoopState>,
+    /// How much of `history.jsonl` holds this state's growing records.
+    #[serde(default)]
+    pub history: Option<crate::history::Mark>,
     /// Whether every job finished.
     pub finished: bool,
     /// When it finished (Unix seconds).
@@ -252,8 +257,8 @@ const MAX_STATE_BYTES: u64 = 256 << 20;
 pub fn load_state(dir: &Path) -> Result<Option<RunState>, RunError> {
     let path = state_path(dir);
     // A state file is a few MiB at most; a link to a device is refused.
-    match hadar_core::error::read_bounded(&path, MAX_STATE_BYTES) {
-        Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
+    let mut state: RunState = match hadar_core::error::read_bounded(&path, MAX_STATE_BYTES) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
             io(
                 &path,
                 std::io::Error::other(format!(
@@ -261,15 +266,22 @@ pub fn load_state(dir: &Path) -> Result<Option<RunState>, RunError> {
                      directory, or move this one away once no task of it runs"
                 )),
             )
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io(&path, e)),
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&path, e)),
+    };
+    if let (Some(mark), Some(l)) = (state.history, state.loop_state.as_mut()) {
+        crate::history::restore(dir, l, mark)?;
     }
+    Ok(Some(state))
 }
 
-pub(crate) fn save_state(dir: &Path, state: &RunState) -> Result<(), RunError> {
+/// Saves `state` as the state file of `dir`, atomically (a synced
+/// temporary file renamed over it).
+pub fn save_state(dir: &Path, state: &RunState) -> Result<(), RunError> {
     let path = state_path(dir);
-    let text = serde_json::to_vec_pretty(state).map_err(|e| io(&path, std::io::Error::other(e)))?;
+    // (Compact: it is rewritten a few times a round.)
+    let text = serde_json::to_vec(state).map_err(|e| io(&path, std::io::Error::other(e)))?;
     write_atomic(&path, &text)
 }
 
@@ -335,6 +347,7 @@ mod tests {
             launching: vec![],
             launches: 0,
             loop_state: None,
+            history: None,
             finished: false,
             finished_unix_s: None,
             rates: Vec::new(),

@@ -158,6 +158,14 @@ async fn an_interrupted_run_resumes_without_redoing_work() {
     .await;
     assert!(first.is_err(), "the first run was cut short");
     let saved = load_state(dir.path()).expect("state").expect("saved");
+    let rounds_before = saved.loop_state.as_ref().expect("a round").rounds.clone();
+    assert!(!rounds_before.is_empty(), "the rounds are read back");
+    // state.json holds none of them: they are appended to history.jsonl, so
+    // that a save costs the same in every round.
+    let raw: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).expect("state.json"))
+            .expect("json");
+    assert_eq!(raw["loop_state"]["rounds"], serde_json::json!([]), "{raw}");
     let done_before: u64 = saved
         .loop_state
         .expect("a round was saved")
@@ -181,6 +189,11 @@ async fn an_interrupted_run_resumes_without_redoing_work() {
         .expect("tasks")
         .count();
     assert!(tasks >= 4);
+    // Every round of both runs is in the record, the first run's as saved.
+    let after = load_state(dir.path()).expect("state").expect("saved");
+    let rounds_after = after.loop_state.expect("the loop's state").rounds;
+    assert_eq!(rounds_after.len(), report.result.summary.rounds);
+    assert_eq!(rounds_after[..rounds_before.len()], rounds_before[..]);
     // What was measured before the cut was kept, and added to.
     let measured_after = measured_rates(dir.path());
     for (kind, ty, _, n) in &measured_before {

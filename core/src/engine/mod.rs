@@ -134,6 +134,30 @@ impl LoopState {
                 .iter()
                 .all(|j| j.index() < self.jobs.jobs.len())
     }
+
+    /// A copy without the records that only grow (`rounds`, `spans`,
+    /// `decisions`, `warnings`: the loop appends to them and never changes
+    /// one it holds), so that a run saving its state every round can keep
+    /// those in a file it appends to and write the rest, whose size does not
+    /// grow with the rounds.
+    pub fn without_history(&self) -> Self {
+        Self {
+            jobs: self.jobs.clone(),
+            admitted: self.admitted,
+            now_s: self.now_s,
+            round: self.round,
+            done: self.done,
+            idle_rounds: self.idle_rounds,
+            rounds: Vec::new(),
+            spans: Vec::new(),
+            open_spans: self.open_spans.clone(),
+            gpu_busy_s: self.gpu_busy_s.clone(),
+            decisions: Vec::new(),
+            gone: self.gone.clone(),
+            warnings: Vec::new(),
+            knowledge: self.knowledge.clone(),
+        }
+    }
 }
 
 /// What the loop observed.
