@@ -26,12 +26,11 @@ pub struct Workload {
     preference: Vec<u16>,
     /// Space sharing: the jobs' distinct (model, gang size) keys, by job.
     key_of: Vec<u32>,
-    /// Distinct keys.
-    keys: usize,
-    /// `colocated[(a * keys + b) * types + type]`: steps/s of keys `a` and
-    /// `b` sharing the same GPUs of that type (`a`'s, `b`'s); absent where
-    /// the table has no measurement of the pair.
-    colocated: Vec<Option<[f64; 2]>>,
+    /// `colocated[a]`, sorted by (`b`, type): steps/s of keys `a` and `b`
+    /// sharing the same GPUs of that type (`a`'s, `b`'s); absent where the
+    /// table has no measurement of the pair. (Sparse: a jobs file gives each
+    /// job a key of its own, and a dense table of 10,000 jobs took 4.8 GB.)
+    colocated: Vec<Vec<(u32, u32, [f64; 2])>>,
 }
 
 impl Workload {
@@ -139,7 +138,7 @@ impl Workload {
                 ));
             }
         }
-        let (key_of, keys, colocated) = colocation(&jobs, &cluster, &table);
+        let (key_of, colocated) = colocation(&jobs, &cluster, &table);
         Ok(Self {
             jobs,
             cluster,
@@ -148,7 +147,6 @@ impl Workload {
             gangs,
             preference,
             key_of,
-            keys,
             colocated,
         })
     }
@@ -274,9 +272,11 @@ impl Workload {
                 return None;
             }
         }
-        let (ka, kb) = (self.key_of[a] as usize, self.key_of[b] as usize);
-        let k = self.cluster.gpu_types().len();
-        self.colocated[(ka * self.keys + kb) * k + ty.index()]
+        let row = &self.colocated[self.key_of[a] as usize];
+        let key = (self.key_of[b], u32::from(ty.0));
+        row.binary_search_by(|&(b, t, _)| (b, t).cmp(&key))
+            .ok()
+            .map(|i| row[i].2)
     }
 
     /// Steps/s of job `job` at another gang size on type `ty` (for planners that
@@ -332,13 +332,13 @@ fn check_shapes(job: &Job, cluster: &Cluster, at: &Location) -> Result<()> {
     Ok(())
 }
 
-/// The dense co-location table over the jobs' distinct keys (see
+/// The co-location table over the jobs' distinct keys (see
 /// [`Workload::colocated`]).
 fn colocation(
     jobs: &[Job],
     cluster: &Cluster,
     table: &ThroughputTable,
-) -> (Vec<u32>, usize, Vec<Option<[f64; 2]>>) {
+) -> (Vec<u32>, Vec<Vec<(u32, u32, [f64; 2])>>) {
     let mut index: HashMap<(&str, u32), u32> = HashMap::new();
     let mut names: Vec<(&str, u32)> = Vec::new();
     let key_of: Vec<u32> = jobs
@@ -351,8 +351,7 @@ fn colocation(
             })
         })
         .collect();
-    let (n, k) = (names.len(), cluster.gpu_types().len());
-    let mut colocated = vec![None; n * n * k];
+    let mut colocated = vec![Vec::new(); names.len()];
     for (a, &(model, sf)) in names.iter().enumerate() {
         for (t, ty) in cluster.gpu_types().iter().enumerate() {
             let Some(rates) = table.rates(model, sf, ty) else {
@@ -368,14 +367,20 @@ fn colocation(
                         // keeps the no-queueing JCT bound a bound.
                         let alone = rates.isolated;
                         let theirs = table.isolated(other.model.as_str(), sf, ty).unwrap_or(0.0);
-                        colocated[(a * n + b as usize) * k + t] =
-                            Some([pair[0].min(alone), pair[1].min(theirs)]);
+                        colocated[a].push((b, t as u32, [pair[0].min(alone), pair[1].min(theirs)]));
                     }
                 }
             }
         }
     }
-    (key_of, n, colocated)
+    for row in &mut colocated {
+        // (A pair listed twice in the table: the later entry wins, as it
+        // overwrote the earlier one in a dense table.)
+        row.reverse();
+        row.sort_by_key(|&(b, t, _)| (b, t));
+        row.dedup_by_key(|&mut (b, t, _)| (b, t));
+    }
+    (key_of, colocated)
 }
 
 #[cfg(test)]
