@@ -30,7 +30,7 @@ pub struct Workload {
     /// sharing the same GPUs of that type (`a`'s, `b`'s); absent where the
     /// table has no measurement of the pair. (Sparse: a jobs file gives each
     /// job a key of its own, and a dense table of 10,000 jobs took 4.8 GB.)
-    colocated: Vec<Vec<(u32, u32, [f64; 2])>>,
+    colocated: Vec<Vec<Pair>>,
 }
 
 impl Workload {
@@ -332,13 +332,17 @@ fn check_shapes(job: &Job, cluster: &Cluster, at: &Location) -> Result<()> {
     Ok(())
 }
 
+/// One measured pair of a key's row: the other key, the GPU type, and both
+/// keys' steps/s while they share.
+type Pair = (u32, u32, [f64; 2]);
+
 /// The co-location table over the jobs' distinct keys (see
 /// [`Workload::colocated`]).
 fn colocation(
     jobs: &[Job],
     cluster: &Cluster,
     table: &ThroughputTable,
-) -> (Vec<u32>, Vec<Vec<(u32, u32, [f64; 2])>>) {
+) -> (Vec<u32>, Vec<Vec<Pair>>) {
     let mut index: HashMap<(&str, u32), u32> = HashMap::new();
     let mut names: Vec<(&str, u32)> = Vec::new();
     let key_of: Vec<u32> = jobs
