@@ -153,3 +153,46 @@ pub fn read_step(path: &Path) -> Result<Option<u64>, MergeError> {
     };
     Ok(step)
 }
+
+/// Sets the `step` tensor of the checkpoint at `path` to `step`, in place
+/// (its dtype kept), and syncs the file; returns whether it did: a file
+/// without a one-integer `step`, or a step its dtype cannot hold, is left
+/// as it is. For a merged file before it is renamed into place: the merge
+/// takes integer tensors from one copy, while the merged model's step is
+/// where the job stands, the copies' work added up.
+pub fn write_step(path: &Path, step: u64) -> Result<bool, MergeError> {
+    use std::io::{Seek, SeekFrom, Write};
+    let c = Checkpoint::open(path)?;
+    let Some(e) = c.get("step").cloned() else {
+        return Ok(false);
+    };
+    let bytes: Vec<u8> = match (e.dtype, e.len) {
+        (Dtype::I64, 8) => match i64::try_from(step) {
+            Ok(v) => v.to_le_bytes().to_vec(),
+            Err(_) => return Ok(false),
+        },
+        (Dtype::U64, 8) => step.to_le_bytes().to_vec(),
+        (Dtype::I32, 4) => match i32::try_from(step) {
+            Ok(v) => v.to_le_bytes().to_vec(),
+            Err(_) => return Ok(false),
+        },
+        (Dtype::U32, 4) => match u32::try_from(step) {
+            Ok(v) => v.to_le_bytes().to_vec(),
+            Err(_) => return Ok(false),
+        },
+        _ => return Ok(false),
+    };
+    let write_err = |source| MergeError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    drop(c);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(write_err)?;
+    f.seek(SeekFrom::Start(e.start)).map_err(write_err)?;
+    f.write_all(&bytes).map_err(write_err)?;
+    f.sync_all().map_err(write_err)?;
+    Ok(true)
+}

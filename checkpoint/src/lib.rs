@@ -27,6 +27,6 @@ mod header;
 mod merge;
 
 pub use error::MergeError;
-pub use header::read_step;
+pub use header::{read_step, write_step};
 pub use merge::{merge, merge_with, MergeOptions, MergeReport};
 pub use safetensors::Dtype;

@@ -853,3 +853,34 @@ fn refuses_a_copy_with_values_that_are_not_finite() {
         assert!(!d.p("out").exists(), "nothing written");
     }
 }
+
+#[test]
+fn the_step_is_set_in_place_and_only_where_its_dtype_holds_it() {
+    use hadar_checkpoint::{read_step, write_step};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.safetensors");
+    write(
+        &p,
+        &[f32s("w", &[2], &[1.0, 2.0]), i64s("step", &[446])],
+        None,
+    );
+    assert_eq!(read_step(&p).unwrap(), Some(446));
+    assert!(write_step(&p, 800).unwrap());
+    assert_eq!(read_step(&p).unwrap(), Some(800));
+    // The rest of the file is untouched.
+    assert_eq!(read(&p, "w").2, f32s("w", &[2], &[1.0, 2.0]).3);
+    // An I32 step that cannot hold it, and a file without a step: left alone.
+    let q = dir.path().join("i32.safetensors");
+    let seven = (
+        "step".to_string(),
+        Dtype::I32,
+        vec![1],
+        7i32.to_le_bytes().to_vec(),
+    );
+    write(&q, &[seven], None);
+    assert!(!write_step(&q, u64::from(u32::MAX)).unwrap());
+    assert_eq!(read_step(&q).unwrap(), Some(7));
+    let r = dir.path().join("none.safetensors");
+    write(&r, &[f32s("w", &[1], &[1.0])], None);
+    assert!(!write_step(&r, 5).unwrap());
+}

@@ -23,8 +23,17 @@ pub(crate) fn incoming(dir: &Path) -> Result<PathBuf, RunError> {
 }
 
 /// Makes `files` (fetched checkpoints with the iterations each task did)
-/// the job's latest; returns the iterations they add.
-pub(crate) fn install(dir: &Path, job: u32, files: &[(PathBuf, u64)]) -> Result<u64, RunError> {
+/// the job's latest; returns the iterations they add. `base` is the step
+/// of the checkpoint the tasks resumed from (0 for a job's first; `None`:
+/// unknown): a merge of copies records `base` plus the iterations it adds
+/// as its `step`, where the job stands (the merge itself takes integer
+/// tensors from one copy, whose step counts its own work only).
+pub(crate) fn install(
+    dir: &Path,
+    job: u32,
+    files: &[(PathBuf, u64)],
+    base: Option<u64>,
+) -> Result<u64, RunError> {
     if files.is_empty() {
         return Ok(0);
     }
@@ -47,7 +56,9 @@ pub(crate) fn install(dir: &Path, job: u32, files: &[(PathBuf, u64)]) -> Result<
             copy_atomic(&files[0].0, &out)?;
             break;
         }
-        match hadar_checkpoint::merge(&files, &out) {
+        // Merged beside the latest, given its step, then renamed over it.
+        let merging = out.with_extension("merging");
+        match hadar_checkpoint::merge(&files, &merging) {
             // A diverged copy (NaN or infinite weights) is left out: its
             // values would spread into the average; the others are kept,
             // and its iterations count as lost.
@@ -62,6 +73,11 @@ pub(crate) fn install(dir: &Path, job: u32, files: &[(PathBuf, u64)]) -> Result<
             }
             other => {
                 other?;
+                if let Some(base) = base {
+                    let added: u64 = files.iter().map(|(_, it)| it).sum();
+                    hadar_checkpoint::write_step(&merging, base + added)?;
+                }
+                std::fs::rename(&merging, &out).map_err(|e| io(&out, e))?;
                 break;
             }
         }

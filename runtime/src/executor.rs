@@ -342,7 +342,13 @@ impl RealRounds<'_> {
             let installed = if unfetched.contains(job) {
                 None
             } else {
-                install(&self.config.state_dir, *job, &got)
+                let p = &self.state.jobs[*job as usize];
+                let base = if p.held == 0 {
+                    p.step.or(Some(0))
+                } else {
+                    p.step
+                };
+                install(&self.config.state_dir, *job, &got, base)
                     .map_err(|e| failed.get_or_insert(e))
                     .ok()
             };

@@ -123,6 +123,12 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
     if let Some(k80) = measured.iter().find(|m| m.1 == "k80") {
         assert!(k80.2 > 1200.0, "{k80:?}");
     }
+    // Each job's model says where the job stands: its step is the total
+    // (a merge of copies adds their work up; it took one copy's step).
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    for (name, p) in state.job_names.iter().zip(&state.jobs) {
+        assert!(p.step.is_some_and(|s| s >= 3000), "{name}: {p:?}");
+    }
     std::fs::read_dir(dir.path().join("tasks"))
         .expect("tasks")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
