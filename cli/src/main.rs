@@ -249,15 +249,9 @@ fn fail(e: &CliError) -> ExitCode {
     }
     // Errors quote what users wrote (names, GPU types, paths): control
     // characters in them are escaped, line by line.
-    let shown = |s: String| -> String {
-        s.split('\n')
-            .map(report::escape)
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    eprintln!("error: {}", shown(e.to_string()));
+    eprintln!("error: {}", report::escape_lines(&e.to_string()));
     if let Some(hint) = e.hint() {
-        eprintln!("hint: {}", shown(hint.to_string()));
+        eprintln!("hint: {}", report::escape_lines(hint));
     }
     ExitCode::from(e.code())
 }

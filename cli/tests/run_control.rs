@@ -390,6 +390,52 @@ fn a_job_that_never_checkpoints_stops_the_run_with_the_reason() {
         err.contains("job forgetful: 5 of its tasks in a row ended without writing a checkpoint"),
         "{err}"
     );
+    // A task that fails at once: the warnings and the error show what it
+    // printed last and where its log is, not a guess at the protocol.
+    let crashing = dir.path().join("crashing.toml");
+    std::fs::write(
+        &crashing,
+        "[[job]]\nname = \"crashing\"\ncommand = [\"/bin/sh\", \"-c\", \
+         \"echo starting; echo 'train.py: No such file or directory' >&2; exit 2\"]\n\
+         iterations = 5\nthroughput = { v100 = 2.0, k80 = 1.0 }\n",
+    )
+    .expect("jobs");
+    std::fs::remove_dir_all(dir.path().join("state")).expect("a fresh state");
+    let o = run("v100=1,k80=1", &crashing);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(7), "{err}");
+    assert!(
+        err.contains("warning: job crashing copy 0: its task exited with status 2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("it printed last:\n    starting\n    train.py: No such file"),
+        "{err}"
+    );
+    assert!(err.contains("the last exited with status 2"), "{err}");
+    assert!(err.contains("/task.log"), "{err}");
+    assert!(!err.contains("does not follow the job protocol"), "{err}");
+    // A script named relative to the jobs file is not where the task runs:
+    // said before anything starts, and its failure shows the shell's words.
+    std::fs::write(dir.path().join("train.sh"), "exit 0\n").expect("script");
+    let relative = dir.path().join("relative.toml");
+    std::fs::write(
+        &relative,
+        "[[job]]\nname = \"rel\"\ncommand = [\"/bin/sh\", \"train.sh\"]\niterations = 5\n\
+         throughput = { v100 = 2.0, k80 = 1.0 }\n",
+    )
+    .expect("jobs");
+    std::fs::remove_dir_all(dir.path().join("state")).expect("a fresh state");
+    let o = run("v100=1,k80=1", &relative);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(7), "{err}");
+    assert!(
+        err.contains(
+            "warning: job rel: `train.sh` is a file beside the jobs file, but a task runs"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("train.sh: No such file"), "{err}");
     let partial = dir.path().join("partial.toml");
     std::fs::write(
         &partial,

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use hadar_backend::protocol::RESUME_FILE;
 use hadar_backend::{
-    Backend, BackendError, NodeGpus, Ranks, Rendezvous, TaskFile, TaskSpec, TaskState, TaskStatus,
+    Backend, BackendError, NodeGpus, Ranks, Rendezvous, TaskFile, TaskHandle, TaskSpec, TaskState,
+    TaskStatus,
 };
 use hadar_core::cluster::{Cluster, GpuId};
 use hadar_core::engine::LoopState;
@@ -109,6 +110,9 @@ struct Ledger {
     /// read-only state directory): each caller keeps them recorded where
     /// they came from, for a later look to collect.
     uncollected: Vec<Running>,
+    /// By job: the last lines its task printed before it exited with a
+    /// failure this poll, and where its log is (for the job's error).
+    crashes: HashMap<u32, String>,
 }
 
 /// Books a task's status into it and its job: the iterations it grew by
@@ -371,6 +375,7 @@ impl RealRounds<'_> {
                         times: p.without_checkpoint,
                         hung: p.hung_in_a_row,
                         dir: tasks[0].handle.workdir.clone(),
+                        last: ledger.crashes.get(job).cloned(),
                     });
                 }
             }
@@ -721,6 +726,7 @@ impl RealRounds<'_> {
         let mut hung: HashSet<Key> = HashSet::new();
         let mut broken: HashSet<Key> = HashSet::new();
         let mut lost: Vec<(String, BackendError)> = Vec::new();
+        let mut crashed: Vec<(u32, u32, TaskHandle, Option<i32>)> = Vec::new();
         for (i, res) in results.into_iter().enumerate() {
             match res {
                 Ok(status) => {
@@ -755,13 +761,7 @@ impl RealRounds<'_> {
                     let r = &self.state.running[i];
                     if let TaskState::Exited { code } = status.state {
                         if !status.finished() && code != Some(0) {
-                            ledger.warnings.push(format!(
-                                "job {} copy {}: its task exited with {} before the job was done; \
-                                 it resumes from its last checkpoint",
-                                self.config.jobs[r.job as usize].name,
-                                r.copy,
-                                code.map_or("a signal".to_string(), |c| format!("status {c}"))
-                            ));
+                            crashed.push((r.job, r.copy, r.handle.clone(), code));
                         }
                         ended.insert((r.job, r.copy));
                     }
@@ -775,6 +775,7 @@ impl RealRounds<'_> {
         for (node, why) in &lost {
             self.lose(ledger, node, why);
         }
+        self.say_crashes(crashed, ledger).await;
         self.stop_stranded(ledger).await;
         self.stop_hung(&hung, now, ledger).await?;
         self.stop_keys(&broken, ledger).await?;
@@ -843,6 +844,30 @@ impl RealRounds<'_> {
             p.hung_in_a_row = p.hung_in_a_row.saturating_add(1);
         }
         self.stop_keys(keys, ledger).await
+    }
+
+    /// Says each task that exited with a failure, with the last lines it
+    /// printed (fetched through the backend) and where its log is: the
+    /// cause of a task that fails at once (a missing file, a Python
+    /// traceback) is there, not in the runtime's words.
+    async fn say_crashes(
+        &mut self,
+        crashed: Vec<(u32, u32, TaskHandle, Option<i32>)>,
+        ledger: &mut Ledger,
+    ) {
+        for (job, copy, handle, code) in crashed {
+            let tail = crate::logs::tail(&*self.backend, &handle, &self.config.state_dir).await;
+            let status = code.map_or("a signal".to_string(), |c| format!("status {c}"));
+            let note = crate::logs::crash_note(&handle, tail.as_deref());
+            ledger.warnings.push(format!(
+                "job {} copy {copy}: its task exited with {status} before the job was done and \
+                 resumes from its last checkpoint; {note}",
+                self.config.jobs[job as usize].name,
+            ));
+            ledger
+                .crashes
+                .insert(job, format!("{status} before the job was done; {note}"));
+        }
     }
 
     /// Stops, as far as they can be reached, the ranks of tasks dropped

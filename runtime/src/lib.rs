@@ -16,6 +16,7 @@ pub mod control;
 mod executor;
 pub mod history;
 pub mod jobs;
+mod logs;
 pub mod parallel;
 pub mod rates;
 pub mod state;
@@ -134,7 +135,7 @@ pub enum RunError {
     },
     /// A job's tasks keep ending without a checkpoint.
     #[error("job {job}: {times} of its tasks in a row ended without writing a checkpoint (the \
-             last in {dir}; its log is there): {}", no_checkpoint_why(*hung, *times))]
+             last in {dir}; its log is there): {}", no_checkpoint_why(*hung, *times, last.as_deref()))]
     NoCheckpoint {
         /// The job.
         job: String,
@@ -144,6 +145,9 @@ pub enum RunError {
         hung: u32,
         /// The last one's directory.
         dir: PathBuf,
+        /// How the last one failed, where its log is and what it printed
+        /// last (when it exited with a failure).
+        last: Option<String>,
     },
     /// The run was asked to stop (a signal, `hadar stop`).
     #[error("stopped on request")]
@@ -309,15 +313,23 @@ pub enum Event {
 /// Why a job's tasks leave no checkpoint: they hung (killed for no
 /// progress: a deadlock, a stopped process, a pace slower than the limit),
 /// or the job does not follow the protocol.
-fn no_checkpoint_why(hung: u32, times: u32) -> &'static str {
+fn no_checkpoint_why(hung: u32, times: u32, last: Option<&str>) -> String {
     if hung >= times {
         "each was killed as hung (no progress for the hang limit): look in its log for a \
          deadlock or a process that waits, or raise --hang-timeout for a job that reports \
          rarely"
+            .into()
+    } else if let Some(last) = last {
+        // A task that fails says why in its output: shown, not guessed at.
+        format!(
+            "the last exited with {last}\n(a job's task must write \
+             $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before it exits: docs/job-protocol.md)"
+        )
     } else {
         "it does not follow the job protocol (docs/job-protocol.md: write \
          $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before exiting), so its work can never \
          be kept"
+            .into()
     }
 }
 

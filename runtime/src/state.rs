@@ -359,15 +359,17 @@ mod tests {
     /// Tasks killed as hung are not blamed on the job protocol.
     #[test]
     fn tasks_that_hung_are_not_called_protocol_breakers() {
-        let e = |hung| {
+        let with = |hung, last: Option<&str>| {
             RunError::NoCheckpoint {
                 job: "j".into(),
                 times: 5,
                 hung,
                 dir: "/t".into(),
+                last: last.map(String::from),
             }
             .to_string()
         };
+        let e = |hung| with(hung, None);
         assert!(e(5).contains("killed as hung"), "{}", e(5));
         assert!(!e(5).contains("job protocol"), "{}", e(5));
         assert!(
@@ -375,6 +377,14 @@ mod tests {
             "{}",
             e(2)
         );
+        // A task that failed is shown failing, with what it printed.
+        let crashed = with(0, Some("status 2 ... it printed last:\n    No such file"));
+        assert!(
+            crashed.contains("the last exited with status 2"),
+            "{crashed}"
+        );
+        assert!(crashed.contains("No such file"), "{crashed}");
+        assert!(!crashed.contains("does not follow"), "{crashed}");
     }
 
     /// `complete` is believed only with its total held: a job marked

@@ -18,7 +18,7 @@ use indicatif::ProgressBar;
 
 use crate::exit::CliError;
 use crate::progress::Bars;
-use crate::report::{escape, summary, table::Table};
+use crate::report::{escape, escape_lines, summary, table::Table};
 
 /// Run real jobs round by round, on this machine or on a cluster manager.
 ///
@@ -149,6 +149,17 @@ fn resolve(argv0: &str, jobs_dir: &Path) -> String {
     } else {
         argv0.to_string()
     }
+}
+
+/// The first argument after the program that is a relative path naming a
+/// file beside the jobs file (`python3 train.py`): only the program is
+/// taken relative to the jobs file; the task's own directory is where the
+/// rest is looked for, and there it is not.
+fn relative_file_argument<'a>(command: &'a [String], jobs_dir: &Path) -> Option<&'a str> {
+    command[1..]
+        .iter()
+        .map(String::as_str)
+        .find(|a| !a.starts_with(['/', '-']) && jobs_dir.join(a).is_file())
 }
 
 /// A local run's program, checked before anything starts (not at the
@@ -284,6 +295,15 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let jobs_dir = args.jobs.parent().unwrap_or(Path::new("."));
     for j in &mut jobs {
         j.command[0] = resolve(&j.command[0], jobs_dir);
+        if let Some(arg) = relative_file_argument(&j.command, jobs_dir) {
+            eprintln!(
+                "warning: job {}: `{}` is a file beside the jobs file, but a task runs in a \
+                 directory of its own, where it is not: give its absolute path ({})",
+                escape(&j.name),
+                escape(arg),
+                escape(&resolve(&format!("./{arg}"), jobs_dir))
+            );
+        }
         if args.backend == "local" {
             check_program_here(&j.name, &j.command[0], j.env.get("PATH"))?;
         }
@@ -333,7 +353,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let report = rt.block_on(run_jobs(&config, backend, &mut |e| {
         match e {
             Event::Warning(w) => {
-                bars.println(&format!("warning: {}", escape(&w)));
+                bars.println(&format!("warning: {}", escape_lines(&w)));
                 said.insert(w);
             }
             Event::Progress { job, done, .. } => {
@@ -362,7 +382,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         .iter()
         .filter(|w| !said.contains(*w))
     {
-        tracing::warn!("{}", escape(w));
+        tracing::warn!("{}", escape_lines(w));
     }
     print_report(&config, &args, &report)
 }
@@ -703,7 +723,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
     if !warnings.is_empty() {
         println!("\nwarnings ({}, the latest last):", warnings.len());
         for w in warnings.iter().rev().take(10).rev() {
-            println!("  {}", escape(w));
+            println!("  {}", escape_lines(w));
         }
     }
     Ok(())

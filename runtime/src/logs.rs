@@ -1,0 +1,122 @@
+//! What a failed task printed last: its log's tail, fetched through the
+//! backend (the log lives on the task's node), for the warning and the
+//! error that name the task. A task that fails at once (a script not
+//! found, an import error, a traceback) says why there, and nowhere else.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+use hadar_backend::{Backend, TaskHandle, LOG_FILE};
+
+/// How much of the log's end is read.
+const TAIL_BYTES: u64 = 4096;
+/// How many of its last lines are shown.
+const TAIL_LINES: usize = 8;
+/// The longest line shown (a progress bar redrawn with `\r` is one line).
+const LINE_CHARS: usize = 240;
+
+/// The last lines `task` printed (rank 0's standard output and error),
+/// indented one per line; `None` if its log cannot be fetched or is empty.
+pub(crate) async fn tail(
+    backend: &dyn Backend,
+    task: &TaskHandle,
+    state_dir: &Path,
+) -> Option<String> {
+    let dir = state_dir.join("logs");
+    std::fs::create_dir_all(&dir).ok()?;
+    let name: String = task
+        .token
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let local = dir.join(format!("{name}.log"));
+    let fetched = backend.fetch(task, LOG_FILE, &local).await;
+    let text = match fetched {
+        Ok(true) => read_end(&local),
+        _ => None,
+    };
+    let _ = std::fs::remove_file(&local);
+    last_lines(&text?)
+}
+
+/// Where `task`'s log is, for people: `node:/path/task.log`.
+pub(crate) fn place(task: &TaskHandle) -> String {
+    format!("{}:{}", task.node(), task.workdir.join(LOG_FILE).display())
+}
+
+/// The end of the file at `path` ([`TAIL_BYTES`]), as text.
+fn read_end(path: &Path) -> Option<String> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)))
+        .ok()?;
+    let mut bytes = Vec::new();
+    f.take(TAIL_BYTES).read_to_end(&mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The last [`TAIL_LINES`] non-empty lines of `text` (the first, maybe cut
+/// by the read, dropped when more follow), each indented and at most
+/// [`LINE_CHARS`] long.
+fn last_lines(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text
+        .split(['\n', '\r'])
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let cut_first = text.len() as u64 >= TAIL_BYTES && lines.len() > 1;
+    let lines = &lines[usize::from(cut_first)..];
+    let shown: Vec<String> = lines[lines.len().saturating_sub(TAIL_LINES)..]
+        .iter()
+        .map(|l| {
+            let mut s: String = l.chars().take(LINE_CHARS).collect();
+            if l.chars().count() > LINE_CHARS {
+                s.push_str(" ...");
+            }
+            format!("    {s}")
+        })
+        .collect();
+    (!shown.is_empty()).then(|| shown.join("\n"))
+}
+
+/// Where a failed task's log is and its last lines, if they could be read.
+pub(crate) fn crash_note(task: &TaskHandle, tail: Option<&str>) -> String {
+    match tail {
+        Some(t) => format!("its log: {}; it printed last:\n{t}", place(task)),
+        None => format!("its log: {} (nothing could be read from it)", place(task)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_lines_are_shown_indented_and_cut() {
+        let text = "start\nTraceback (most recent call last):\n  File \"train.py\", line 3\n\
+                    ModuleNotFoundError: No module named 'torch'\n\n";
+        let t = last_lines(text).expect("lines");
+        assert_eq!(
+            t,
+            "    start\n    Traceback (most recent call last):\n      File \"train.py\", line 3\n    \
+             ModuleNotFoundError: No module named 'torch'"
+        );
+        let many: String = (0..20).map(|i| format!("line {i}\n")).collect();
+        let t = last_lines(&many).expect("lines");
+        assert_eq!(t.lines().count(), TAIL_LINES);
+        assert!(t.ends_with("line 19"), "{t}");
+        let long = "x".repeat(1000);
+        let t = last_lines(&long).expect("a line");
+        assert!(t.ends_with("x ...") && t.len() < 300, "{t}");
+        assert_eq!(last_lines("\n\n"), None);
+        // A read that began mid-line drops the cut line.
+        let cut = format!("{}\nlast", "y".repeat(TAIL_BYTES as usize));
+        assert_eq!(last_lines(&cut).as_deref(), Some("    last"));
+    }
+}
