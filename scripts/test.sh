@@ -33,6 +33,9 @@ command -v nsenter >/dev/null || need+=(util-linux)
 [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v openssl >/dev/null || need+=(openssl)
+# The Python package's tests need a virtual environment (pyenv's Python has
+# venv; Debian's needs python3-venv).
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   step "installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then
@@ -79,6 +82,31 @@ fi
 
 step "tests"
 cargo test --workspace --locked
+
+step "Python package (python/): pytest against the hadar built above, ruff, mypy"
+venv=target/python-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check -r python/requirements-test.txt
+# numpy is installed, so its tests must run; torch is not (3 GB of CUDA wheels from
+# PyPI): its tests are reported as not run (python/tests/conftest.py).
+(cd python && HADAR_BIN="$OLDPWD/target/debug/hadar" "$OLDPWD/$venv/bin/python" -m pytest -q \
+  --require-extra numpy)
+(cd python && "$OLDPWD/$venv/bin/ruff" check . ../examples/python \
+  && "$OLDPWD/$venv/bin/ruff" format --check . ../examples/python && "$OLDPWD/$venv/bin/mypy")
+
+step "the wheel (maturin: the hadar of the test build beside hadar_job), installed in a fresh venv"
+# The test build's own binary (same profile and flags: nothing is compiled
+# again), tagged linux_x86_64 as it is: a wheel for PyPI is built with
+# --release --strip and repaired to manylinux (README), which patches the
+# binary, and here the binary is the one the tests above ran.
+rm -rf target/wheels target/wheel-check
+(cd python && PATH="$OLDPWD/$venv/bin:$PATH" maturin build --profile dev --compatibility linux \
+  --locked --out "$OLDPWD/target/wheels")
+python3 -m venv target/wheel-check
+target/wheel-check/bin/pip install -q --disable-pip-version-check target/wheels/hadar_job-*.whl
+target/wheel-check/bin/hadar --version
+target/wheel-check/bin/hadar simulate --no-bound --json >/dev/null
+target/wheel-check/bin/python -c 'import hadar_job; print("hadar_job", hadar_job.__version__)'
 
 if [ "$quick" = 0 ]; then
   step "clippy"
