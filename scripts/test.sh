@@ -94,11 +94,12 @@ venv=target/python-venv
 (cd python && "$OLDPWD/$venv/bin/ruff" check . ../examples/python \
   && "$OLDPWD/$venv/bin/ruff" format --check . ../examples/python && "$OLDPWD/$venv/bin/mypy")
 
-step "the wheel (maturin: the hadar of the test build beside hadar_job), installed in a fresh venv"
-# The test build's own binary (same profile and flags: nothing is compiled
-# again), tagged linux_x86_64 as it is: a wheel for PyPI is built with
-# --release --strip and repaired to manylinux (README), which patches the
-# binary, and here the binary is the one the tests above ran.
+step "the wheel (maturin: hadar beside hadar_job), installed in a fresh venv"
+# In the test build's profile, tagged linux_x86_64 as it is (a wheel for PyPI is
+# built with --release --strip and repaired to manylinux, see README.md). hadar-cli
+# alone has other features than the workspace's test build (dev-dependencies turn
+# on tokio's test-util, ...), so its dependencies are compiled once more: about
+# 3 minutes on 2 cores (CI, 2026-11-26), and target/debug/hadar is relinked.
 rm -rf target/wheels target/wheel-check
 (cd python && PATH="$OLDPWD/$venv/bin:$PATH" maturin build --profile dev --compatibility linux \
   --locked --out "$OLDPWD/target/wheels")

@@ -55,7 +55,11 @@ pub enum CliError {
 fn run_error(e: &hadar_runtime::RunError) -> String {
     use hadar_runtime::RunError as E;
     match e {
-        E::Halted { .. } | E::Stopped | E::NoCheckpoint { .. } | E::Launch { .. } => {
+        E::Halted { .. }
+        | E::Stopped
+        | E::NoCheckpoint { .. }
+        | E::Launch { .. }
+        | E::Task { .. } => {
             format!("the run stopped: {e}")
         }
         _ => e.to_string(),

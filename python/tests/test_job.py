@@ -93,6 +93,16 @@ def test_resume_counts_from_the_checkpoint(tmp_path: Path) -> None:
     assert saved_step(tmp_path) == 5
 
 
+def test_a_resume_file_not_loaded_is_refused_before_the_loop(tmp_path: Path) -> None:
+    # The loop would start at step 0: the job's work so far redone, never credited.
+    write_checkpoint(tmp_path, {"w": array.array("f", [3.0])}, 3, name="resume.safetensors")
+    job, _ = make(tmp_path)
+    with pytest.raises(HadarJobError, match=r"resume.safetensors is there to resume from"):
+        job.steps(state=dict)
+    job.load()
+    assert list(job.steps(state=dict)) == [3, 4]
+
+
 def test_a_resume_at_the_total_runs_no_step(tmp_path: Path) -> None:
     write_checkpoint(tmp_path, {}, 5, name="resume.safetensors")
     job, out = make(tmp_path)

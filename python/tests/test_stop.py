@@ -6,10 +6,11 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from hadar_job import HadarJobError, StopFlag
+from hadar_job import HadarJobError, Job, StopFlag
 
 
 @pytest.fixture
@@ -89,3 +90,16 @@ def test_installing_outside_the_main_thread_says_why() -> None:
     t.join()
     assert len(errors) == 1 and isinstance(errors[0], HadarJobError)
     assert "main thread" in str(errors[0])
+
+
+def test_under_hadar_a_second_sigint_does_not_interrupt(tmp_path: Path) -> None:
+    """A signal delivered twice (a wrapper's and the group's) must not kill a task
+    in the middle of its checkpoint: under Hadar the second SIGINT only asks again."""
+    job = Job(environ={"HADAR_PROTOCOL": "1", "HADAR_CHECKPOINT_DIR": str(tmp_path)})
+    try:
+        assert not job.stop.interrupt_twice
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert job.stop.requested
+    finally:
+        job.stop.uninstall()

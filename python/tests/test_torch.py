@@ -275,3 +275,17 @@ def test_two_ranks_resume_alike_and_stop_together(tmp_path: Path) -> None:
     assert r0["digest"] == pytest.approx(r1["digest"], abs=0), "same weights on both ranks"
     assert read_step(load_file(tmp_path / "rank0" / "checkpoint.safetensors")) == 44
     assert not (tmp_path / "rank1" / "checkpoint.safetensors").exists(), "rank 0 alone writes"
+
+
+@pytest.mark.torch
+def test_resume_on_a_rank_without_its_group_says_what_to_call(tmp_path: Path) -> None:
+    model, opt = _model_and_optimizer(0)
+    env = {
+        "HADAR_PROTOCOL": "2",
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "HADAR_CHECKPOINT_DIR": str(tmp_path),
+    }
+    job = Job(10, environ=env, install_signals=False)
+    with pytest.raises(HadarJobError, match=r"rank 1 of 2: call init_process_group"):
+        hj.resume(job, model, opt)

@@ -110,9 +110,9 @@ struct Ledger {
     /// read-only state directory): each caller keeps them recorded where
     /// they came from, for a later look to collect.
     uncollected: Vec<Running>,
-    /// By job: the last lines its task printed before it exited with a
-    /// failure this poll, and where its log is (for the job's error).
-    crashes: HashMap<u32, String>,
+    /// By task: how it failed this poll, where its log is and the last
+    /// lines it printed (for its job's error).
+    crashes: HashMap<Key, String>,
 }
 
 /// Books a task's status into it and its job: the iterations it grew by
@@ -146,6 +146,16 @@ impl RealRounds<'_> {
 
     fn persist(&self) -> Result<(), RunError> {
         save_state(&self.config.state_dir, &self.state)
+    }
+
+    /// A backend error about task `r`, naming it.
+    fn task_error(&self, r: &Running, operation: &'static str, source: BackendError) -> RunError {
+        RunError::Task {
+            job: self.config.jobs[r.job as usize].name.clone(),
+            copy: r.copy,
+            operation,
+            source: Box::new(source),
+        }
     }
 
     /// (node, local GPU index) of each of a task's GPUs.
@@ -267,8 +277,8 @@ impl RealRounds<'_> {
                     None => {
                         // Not stopped: it stays ours, recorded, and the
                         // others are still banked before the error returns.
+                        failed.get_or_insert(self.task_error(&r, "stop", e));
                         self.state.running.push(r);
-                        failed.get_or_insert(e.into());
                     }
                 },
             }
@@ -326,7 +336,7 @@ impl RealRounds<'_> {
                 Ok(None) => {}
                 Err(e) => {
                     unfetched.insert(r.job);
-                    failed.get_or_insert(e.into());
+                    failed.get_or_insert(self.task_error(r, "fetch its checkpoint", e));
                 }
             }
         }
@@ -375,7 +385,7 @@ impl RealRounds<'_> {
                         times: p.without_checkpoint,
                         hung: p.hung_in_a_row,
                         dir: tasks[0].handle.workdir.clone(),
-                        last: ledger.crashes.get(job).cloned(),
+                        last: ledger.crashes.get(&(*job, tasks[0].copy)).cloned(),
                     });
                 }
             }
@@ -768,17 +778,17 @@ impl RealRounds<'_> {
                 }
                 Err(e) => match e.lost_node() {
                     Some(node) => lost.push((node.to_string(), e)),
-                    None => return Err(e.into()),
+                    None => return Err(self.task_error(&self.state.running[i], "status", e)),
                 },
             }
         }
         for (node, why) in &lost {
             self.lose(ledger, node, why);
         }
-        self.say_crashes(crashed, ledger).await;
         self.stop_stranded(ledger).await;
         self.stop_hung(&hung, now, ledger).await?;
         self.stop_keys(&broken, ledger).await?;
+        self.say_crashes(crashed, ledger).await;
         // Ended tasks leave; their checkpoints are banked.
         let (gone, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
             .into_iter()
@@ -847,26 +857,50 @@ impl RealRounds<'_> {
     }
 
     /// Says each task that exited with a failure, with the last lines it
-    /// printed (fetched through the backend) and where its log is: the
-    /// cause of a task that fails at once (a missing file, a Python
-    /// traceback) is there, not in the runtime's words.
+    /// printed (the end of its log, read through the backend, all at once
+    /// and briefly: the round waits) and where its log is: the cause of a
+    /// task that fails at once (a missing file, a Python traceback) is
+    /// there, not in the runtime's words. Not read on a node just lost.
     async fn say_crashes(
         &mut self,
         crashed: Vec<(u32, u32, TaskHandle, Option<i32>)>,
         ledger: &mut Ledger,
     ) {
-        for (job, copy, handle, code) in crashed {
-            let tail = crate::logs::tail(&*self.backend, &handle, &self.config.state_dir).await;
+        if crashed.is_empty() {
+            return;
+        }
+        let readable: Vec<Option<TaskHandle>> = crashed
+            .iter()
+            .map(|(_, _, h, _)| {
+                let lost = h.nodes.iter().any(|n| ledger.lost_nodes.contains(n));
+                (!lost).then(|| h.clone())
+            })
+            .collect();
+        let tails = concurrently(
+            readable,
+            |b, h| async move {
+                Ok(match h {
+                    Some(h) => crate::logs::tail(&*b, &h).await,
+                    None => None,
+                })
+            },
+            &self.backend,
+        )
+        .await;
+        for ((job, copy, handle, code), tail) in crashed.into_iter().zip(tails) {
+            let tail = tail.ok().flatten();
             let status = code.map_or("a signal".to_string(), |c| format!("status {c}"));
-            let note = crate::logs::crash_note(&handle, tail.as_deref());
+            let ranks = self.config.jobs[job as usize].ranks != Ranks::Task;
+            let note = crate::logs::crash_note(&handle, ranks, tail.as_deref());
             ledger.warnings.push(format!(
                 "job {} copy {copy}: its task exited with {status} before the job was done and \
                  resumes from its last checkpoint; {note}",
                 self.config.jobs[job as usize].name,
             ));
-            ledger
-                .crashes
-                .insert(job, format!("{status} before the job was done; {note}"));
+            ledger.crashes.insert(
+                (job, copy),
+                format!("{status} before the job was done; {note}"),
+            );
         }
     }
 
@@ -1097,7 +1131,8 @@ impl RealRounds<'_> {
                     kept.push(r);
                     continue;
                 }
-                other => other?,
+                Err(e) => return Err(self.task_error(&r, "find it after a restart", e)),
+                Ok(found) => found,
             };
             match found {
                 Some(h) if !running => {

@@ -75,6 +75,21 @@ pub fn append(dir: &Path, state: &LoopState, mark: Mark) -> Result<Mark, RunErro
     if new == mark {
         return Ok(mark);
     }
+    if new.rounds < mark.rounds
+        || new.spans < mark.spans
+        || new.decisions < mark.decisions
+        || new.warnings < mark.warnings
+    {
+        // The loop holds fewer records than were saved: it was not given
+        // them back (a bug); writing would record counts the file
+        // contradicts.
+        return Err(io(
+            &path,
+            std::io::Error::other(format!(
+                "the round loop holds fewer records than were saved ({new:?} below {mark:?})"
+            )),
+        ));
+    }
     let mut lines = Vec::new();
     let mut line = |e: EntryRef| -> Result<(), RunError> {
         serde_json::to_writer(&mut lines, &e).map_err(|e| io(&path, std::io::Error::other(e)))?;
@@ -93,6 +108,17 @@ pub fn append(dir: &Path, state: &LoopState, mark: Mark) -> Result<Mark, RunErro
     for w in state.warnings.get(mark.warnings..).unwrap_or_default() {
         line(EntryRef::Warning(w))?;
     }
+    // A FIFO would block the open; a device or a directory is not ours.
+    if let Ok(meta) = std::fs::metadata(&path) {
+        if !meta.is_file() {
+            return Err(io(
+                &path,
+                std::io::Error::other(
+                    "not a regular file (a directory, FIFO, socket or device); move it away",
+                ),
+            ));
+        }
+    }
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
@@ -105,7 +131,8 @@ pub fn append(dir: &Path, state: &LoopState, mark: Mark) -> Result<Mark, RunErro
             &path,
             std::io::Error::other(format!(
                 "it holds {len} bytes where state.json records {}: it was cut short or \
-                 replaced; move the state directory away, or start over with --fresh",
+                 replaced; move the state directory away, or start over with --fresh (which \
+                 sets it aside)",
                 mark.bytes
             )),
         ));
@@ -131,7 +158,7 @@ pub(crate) fn restore(dir: &Path, state: &mut LoopState, mark: Mark) -> Result<(
             &path,
             std::io::Error::other(format!(
                 "{what}; the state directory is corrupt or mixed with another run's: move it \
-                 away, or start over with --fresh"
+                 away, or start over with --fresh (which sets it aside)"
             )),
         )
     };

@@ -60,6 +60,21 @@ pub enum RunError {
         #[source]
         source: BackendError,
     },
+    /// A backend call about one task failed (not because its node is lost:
+    /// that is handled, not an error): the task is named beside the cause.
+    #[error("job {job} copy {copy}: {operation}: {source}")]
+    Task {
+        /// The job.
+        job: String,
+        /// The copy.
+        copy: u32,
+        /// What was asked of the backend (`status`, `stop`, `fetch its
+        /// checkpoint`, `find it after a restart`).
+        operation: &'static str,
+        /// Why it failed (boxed: the error stays small).
+        #[source]
+        source: Box<BackendError>,
+    },
     /// From merging copies' checkpoints.
     #[error(transparent)]
     Merge(#[from] hadar_checkpoint::MergeError),
@@ -182,6 +197,16 @@ impl RunError {
         match self {
             Self::Halted { source, .. } => source.cause(),
             other => other,
+        }
+    }
+
+    /// The backend's error under it, typed, if a backend call failed (a
+    /// launch, a call about a task, or another).
+    pub fn backend_error(&self) -> Option<&BackendError> {
+        match self.cause() {
+            Self::Backend(e) | Self::Launch { source: e, .. } => Some(e),
+            Self::Task { source, .. } => Some(source),
+            _ => None,
         }
     }
 
@@ -452,6 +477,7 @@ pub async fn run(
     let mut state = initial_state(&config)?;
     same_backend(&config.state_dir, &state, backend.name())?;
     not_a_copy(&config.state_dir, &state)?;
+    state::restore_history(&config.state_dir, &mut state)?;
     state.home = Some(config.state_dir.clone());
     state.backend = Some(backend.name().to_string());
     let already_finished = state.finished;
@@ -554,7 +580,7 @@ fn with_given_rates(saved: Option<LoopState>, workload: &Workload, jobs: &[RunJo
 fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
     let dir = &config.state_dir;
     let print = fingerprint(&config.jobs);
-    match load_state(dir)? {
+    match state::read_state(dir)? {
         Some(s) if s.jobs_fingerprint != print => Err(RunError::OtherRun {
             dir: dir.clone(),
             difference: difference(&s.jobs_fingerprint, &print),
@@ -621,7 +647,7 @@ pub(crate) fn not_a_copy(dir: &Path, state: &RunState) -> Result<(), RunError> {
     if same(home, dir) {
         return Ok(());
     }
-    match load_state(home) {
+    match state::read_state(home) {
         Ok(Some(there)) if there.run_id == state.run_id => Err(RunError::Copied {
             dir: dir.to_path_buf(),
             home: home.clone(),
@@ -652,7 +678,7 @@ fn check_remote_dir(config: &RunConfig) -> Result<(), RunError> {
 /// being launched) and moves its files aside, so this run starts over.
 async fn start_over(config: &RunConfig, backend: &Arc<dyn Backend>) -> Result<(), RunError> {
     let dir = &config.state_dir;
-    match load_state(dir) {
+    match state::read_state(dir) {
         Ok(Some(mut old)) => {
             if let Err(e) = not_a_copy(dir, &old) {
                 // The tasks recorded here are the original run's: left to
@@ -733,6 +759,29 @@ fn outcomes(config: &RunConfig, state: &RunState, result: &RunResult) -> Vec<Job
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A backend call about one task that fails names the task, the call
+    /// and the backend's error, which stays its typed source.
+    #[test]
+    fn a_task_s_backend_error_names_the_task_and_keeps_its_cause() {
+        let e = RunError::Task {
+            job: "bert".into(),
+            copy: 2,
+            operation: "fetch its checkpoint",
+            source: Box::new(BackendError::Refused {
+                node: "d1".into(),
+                operation: "download".into(),
+                message: "no such container".into(),
+            }),
+        };
+        assert_eq!(
+            e.to_string(),
+            "job bert copy 2: fetch its checkpoint: node d1: download failed: no such container"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        let cause = e.backend_error().expect("typed");
+        assert!(matches!(cause, BackendError::Refused { .. }));
+    }
 
     #[test]
     fn hang_limits_follow_the_task_s_own_pace_unless_set() {

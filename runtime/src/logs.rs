@@ -1,10 +1,10 @@
-//! What a failed task printed last: its log's tail, fetched through the
-//! backend (the log lives on the task's node), for the warning and the
-//! error that name the task. A task that fails at once (a script not
-//! found, an import error, a traceback) says why there, and nowhere else.
+//! What a failed task printed last: its log's end, read through the
+//! backend (the log lives on the task's node; [`Backend::log_tail`] reads
+//! its end there), for the warning and the error that name the task. A
+//! task that fails at once (a script not found, an import error, a
+//! traceback) says why there, and nowhere else.
 
-use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::time::Duration;
 
 use hadar_backend::{Backend, TaskHandle, LOG_FILE};
 
@@ -14,51 +14,23 @@ const TAIL_BYTES: u64 = 4096;
 const TAIL_LINES: usize = 8;
 /// The longest line shown (a progress bar redrawn with `\r` is one line).
 const LINE_CHARS: usize = 240;
+/// How long a log's end may take to read: it is for a message, and the
+/// round waits for it.
+const TAIL_WAIT: Duration = Duration::from_secs(10);
 
 /// The last lines `task` printed (rank 0's standard output and error),
-/// indented one per line; `None` if its log cannot be fetched or is empty.
-pub(crate) async fn tail(
-    backend: &dyn Backend,
-    task: &TaskHandle,
-    state_dir: &Path,
-) -> Option<String> {
-    let dir = state_dir.join("logs");
-    std::fs::create_dir_all(&dir).ok()?;
-    let name: String = task
-        .token
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let local = dir.join(format!("{name}.log"));
-    let fetched = backend.fetch(task, LOG_FILE, &local).await;
-    let text = match fetched {
-        Ok(true) => read_end(&local),
+/// indented one per line; `None` if its log cannot be read in time or is
+/// empty.
+pub(crate) async fn tail(backend: &dyn Backend, task: &TaskHandle) -> Option<String> {
+    match tokio::time::timeout(TAIL_WAIT, backend.log_tail(task, TAIL_BYTES)).await {
+        Ok(Ok(Some(text))) => last_lines(&text),
         _ => None,
-    };
-    let _ = std::fs::remove_file(&local);
-    last_lines(&text?)
+    }
 }
 
 /// Where `task`'s log is, for people: `node:/path/task.log`.
 pub(crate) fn place(task: &TaskHandle) -> String {
     format!("{}:{}", task.node(), task.workdir.join(LOG_FILE).display())
-}
-
-/// The end of the file at `path` ([`TAIL_BYTES`]), as text.
-fn read_end(path: &Path) -> Option<String> {
-    let mut f = std::fs::File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
-    f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)))
-        .ok()?;
-    let mut bytes = Vec::new();
-    f.take(TAIL_BYTES).read_to_end(&mut bytes).ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The last [`TAIL_LINES`] non-empty lines of `text` (the first, maybe cut
@@ -85,11 +57,17 @@ fn last_lines(text: &str) -> Option<String> {
     (!shown.is_empty()).then(|| shown.join("\n"))
 }
 
-/// Where a failed task's log is and its last lines, if they could be read.
-pub(crate) fn crash_note(task: &TaskHandle, tail: Option<&str>) -> String {
+/// Where a failed task's log is and its last lines, if they could be read;
+/// `ranks`: a task of several processes, whose log is rank 0's.
+pub(crate) fn crash_note(task: &TaskHandle, ranks: bool, tail: Option<&str>) -> String {
+    let whose = if ranks {
+        "rank 0's log (the others' are rank-R.log beside it, on their nodes)"
+    } else {
+        "its log"
+    };
     match tail {
-        Some(t) => format!("its log: {}; it printed last:\n{t}", place(task)),
-        None => format!("its log: {} (nothing could be read from it)", place(task)),
+        Some(t) => format!("{whose}: {}; it printed last:\n{t}", place(task)),
+        None => format!("{whose}: {} (nothing could be read from it)", place(task)),
     }
 }
 

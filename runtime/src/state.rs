@@ -253,11 +253,32 @@ pub(crate) fn io(path: &Path, source: std::io::Error) -> RunError {
 /// The largest state file read: a run of a thousand jobs saves a few MiB.
 const MAX_STATE_BYTES: u64 = 256 << 20;
 
-/// Reads a run's saved state; `None` if there is none.
+/// Reads a run's saved state with its whole history (`history.jsonl`);
+/// `None` if there is none.
 pub fn load_state(dir: &Path) -> Result<Option<RunState>, RunError> {
+    let mut state = read_state(dir)?;
+    if let Some(s) = state.as_mut() {
+        restore_history(dir, s)?;
+    }
+    Ok(state)
+}
+
+/// Puts back into `state` (read by [`read_state`]) the loop's records that
+/// `history.jsonl` holds.
+pub(crate) fn restore_history(dir: &Path, state: &mut RunState) -> Result<(), RunError> {
+    if let (Some(mark), Some(l)) = (state.history, state.loop_state.as_mut()) {
+        crate::history::restore(dir, l, mark)?;
+    }
+    Ok(())
+}
+
+/// Reads `state.json` alone: the loop's records that only grow are left
+/// in `history.jsonl` (enough to find a run's tasks, to stop them with
+/// `--fresh` or to tell a copy, also where that file is damaged).
+pub(crate) fn read_state(dir: &Path) -> Result<Option<RunState>, RunError> {
     let path = state_path(dir);
     // A state file is a few MiB at most; a link to a device is refused.
-    let mut state: RunState = match hadar_core::error::read_bounded(&path, MAX_STATE_BYTES) {
+    let state: RunState = match hadar_core::error::read_bounded(&path, MAX_STATE_BYTES) {
         Ok(text) => serde_json::from_str(&text).map_err(|e| {
             io(
                 &path,
@@ -270,9 +291,6 @@ pub fn load_state(dir: &Path) -> Result<Option<RunState>, RunError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(&path, e)),
     };
-    if let (Some(mark), Some(l)) = (state.history, state.loop_state.as_mut()) {
-        crate::history::restore(dir, l, mark)?;
-    }
     Ok(Some(state))
 }
 

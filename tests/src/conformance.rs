@@ -469,6 +469,14 @@ pub async fn crash_is_reported(h: &Harness) {
     assert!(!st.finished());
     assert_eq!(st.report.expect("report").iterations, 5);
     assert!(log(b, &task).await.contains("boom"), "stderr is in the log");
+    // Its end, for the message of a failed task (the protocol line before
+    // it may come first or not: Docker interleaves the two streams).
+    let tail = b
+        .log_tail(&task, 64)
+        .await
+        .expect("log_tail")
+        .expect("a log");
+    assert!(tail.len() <= 64 && tail.contains("boom"), "{tail:?}");
 }
 
 /// The job protocol's environment reaches the task; a job's own variable

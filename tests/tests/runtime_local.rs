@@ -639,3 +639,36 @@ async fn wait_for_a_task(dir: &std::path::Path) {
     }
     panic!("no task was recorded in {} within 30 s", dir.display());
 }
+
+/// A history file cut short (a disk that lost its tail) is refused with
+/// what to do, and `--fresh` (which reads only state.json to find the
+/// old run's tasks) sets the directory aside and starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_history_is_refused_and_fresh_starts_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(PolicyKind::Hadar, dir.path(), 600);
+    run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    let history = dir.path().join("history.jsonl");
+    let len = std::fs::metadata(&history).expect("history").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&history)
+        .expect("open")
+        .set_len(len / 2)
+        .expect("cut");
+    let e = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect_err("a damaged history");
+    let said = e.to_string();
+    assert!(
+        said.contains("history.jsonl") && said.contains("--fresh"),
+        "{said}"
+    );
+    cfg.guards.fresh = true;
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("started over");
+    assert!(report.jobs.iter().all(|j| j.state == "finished"));
+}

@@ -444,4 +444,70 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         name: &str,
         local: &Path,
     ) -> Result<bool, BackendError>;
+    /// The end of the task's log (rank 0's standard output and error): at
+    /// most its last `bytes` bytes, as text; `None` if it has none. For the
+    /// message of a task that failed. The default fetches the whole log
+    /// ([`Backend::fetch`]); a backend that can read its end alone does.
+    async fn log_tail(
+        &self,
+        task: &TaskHandle,
+        bytes: u64,
+    ) -> Result<Option<String>, BackendError> {
+        let token: String = task
+            .token
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let local = std::env::temp_dir().join(format!("hadar-log-{}-{token}", std::process::id()));
+        let fetched = self.fetch(task, LOG_FILE, &local).await;
+        let tail = match fetched {
+            Ok(true) => read_tail(&local, bytes)
+                .map(Some)
+                .map_err(|e| BackendError::io(task.node(), &local, e)),
+            Ok(false) => Ok(None),
+            Err(e) => Err(e),
+        };
+        let _ = std::fs::remove_file(&local);
+        tail
+    }
+}
+
+/// The last `bytes` bytes (at most) of the file at `path`, as text (bytes
+/// that are not UTF-8 replaced): its end is read, not the whole file.
+pub fn read_tail(path: &Path, bytes: u64) -> std::io::Result<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let len = f.metadata()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(bytes)))?;
+    let mut out = Vec::new();
+    f.take(bytes).read_to_end(&mut out)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// `log_tail` on a backend whose nodes share this machine's filesystem:
+/// the end of the task's log read in place.
+pub fn log_tail_here(task: &TaskHandle, bytes: u64) -> Result<Option<String>, BackendError> {
+    let log = task_file(task, LOG_FILE)?;
+    if !log.is_file() {
+        return Ok(None);
+    }
+    read_tail(&log, bytes)
+        .map(Some)
+        .map_err(|e| BackendError::io(task.node(), &log, e))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn read_tail_reads_the_end_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("task.log");
+        std::fs::write(&p, "first line\nsecond line\nboom\n").expect("write");
+        assert_eq!(super::read_tail(&p, 5).expect("tail"), "boom\n");
+        assert_eq!(super::read_tail(&p, 1000).expect("tail").len(), 28);
+        assert!(super::read_tail(dir.path(), 5).is_err(), "a directory");
+    }
 }

@@ -1415,6 +1415,24 @@ impl Backend for DockerBackend {
         Ok(None)
     }
 
+    async fn log_tail(
+        &self,
+        task: &TaskHandle,
+        bytes: u64,
+    ) -> Result<Option<String>, BackendError> {
+        let cs = containers(task)?;
+        let (node, id) = &cs[0];
+        if self.seen(node, id, &task.token).await?.is_none() {
+            return Ok(None);
+        }
+        // The daemon cuts by lines: a few dozen, then cut to the bytes asked.
+        let log = self.logs(node, id, "64").await?;
+        let from = log
+            .len()
+            .saturating_sub(usize::try_from(bytes).unwrap_or(usize::MAX));
+        Ok(Some(String::from_utf8_lossy(&log[from..]).into_owned()))
+    }
+
     async fn fetch(
         &self,
         task: &TaskHandle,

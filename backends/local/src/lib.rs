@@ -331,6 +331,14 @@ impl Backend for LocalBackend {
         hadar_backend::fetch_here(task, name, local)
     }
 
+    async fn log_tail(
+        &self,
+        task: &TaskHandle,
+        bytes: u64,
+    ) -> Result<Option<String>, BackendError> {
+        hadar_backend::log_tail_here(task, bytes)
+    }
+
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
         Ok(find_by_token(&task.token).map(|ranks| {
             let ids: Vec<(usize, String)> =

@@ -1150,6 +1150,14 @@ impl Backend for SlurmBackend {
         hadar_backend::fetch_here(task, name, local)
     }
 
+    async fn log_tail(
+        &self,
+        task: &TaskHandle,
+        bytes: u64,
+    ) -> Result<Option<String>, BackendError> {
+        hadar_backend::log_tail_here(task, bytes)
+    }
+
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
         let base = step_name(&task.token);
         let mut found = self.found_steps(task, &base, STOP_REFRESH).await?;

@@ -809,6 +809,20 @@ impl Backend for SshBackend {
             .await
     }
 
+    async fn log_tail(
+        &self,
+        task: &TaskHandle,
+        bytes: u64,
+    ) -> Result<Option<String>, BackendError> {
+        let log = hadar_backend::task_file(task, hadar_backend::LOG_FILE)?;
+        let log = q(&log.to_string_lossy())?;
+        // Its end only: `tail -c` on the node (a log of gigabytes stays there).
+        let cmd = format!("[ -f {log} ] || exit 3; tail -c {bytes} {log}");
+        let node = task.node().to_string();
+        let (code, out) = self.run(move |b| b.exec(&node, &cmd)).await?;
+        Ok((code == 0).then_some(out))
+    }
+
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
         let cmd = find_script(&task.token)?;
         let mut found: Vec<Found> = Vec::new();

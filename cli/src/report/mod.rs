@@ -7,16 +7,16 @@ pub mod settings;
 pub mod summary;
 pub mod table;
 
-/// Text from a user or a file made safe for a terminal: control characters
-/// (escape sequences, newlines) and the invisible ones that reorder or hide
-/// text (bidirectional overrides, zero-width characters) are shown escaped
-/// (`\u{202e}`), never sent raw. JSON output keeps the text exact.
 /// [`escape`] line by line: a text of several lines (an error with its
 /// cause, a warning with a task's last output) keeps its line breaks.
 pub fn escape_lines(s: &str) -> String {
     s.split('\n').map(escape).collect::<Vec<_>>().join("\n")
 }
 
+/// Text from a user or a file made safe for a terminal: control characters
+/// (escape sequences, newlines) and the invisible ones that reorder or hide
+/// text (bidirectional overrides, zero-width characters) are shown escaped
+/// (`\u{202e}`), never sent raw. JSON output keeps the text exact.
 pub fn escape(s: &str) -> String {
     if !s.chars().any(unsafe_for_terminal) {
         return s.to_string();

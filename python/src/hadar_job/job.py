@@ -99,7 +99,9 @@ class Job:
             environ, total=total, checkpoint_dir=checkpoint_dir, job_name=job_name, seed=seed
         )
         #: The stop request.
-        self.stop: StopFlag = StopFlag(signals, install=install_signals)
+        self.stop: StopFlag = StopFlag(
+            signals, install=install_signals, interrupt_twice=not self.env.in_hadar
+        )
         #: Prints the report lines (on rank 0 only).
         self.reporter: Reporter = Reporter(stream, report_interval, enabled=self.env.is_rank0)
         #: The model's global step: the resumed step, plus the steps done since.
@@ -145,7 +147,7 @@ class Job:
 
     @property
     def seed(self) -> int:
-        """A seed that differs between copies and rounds (``HADAR_SEED``)."""
+        """A seed that differs between copies (``HADAR_SEED``), for the data order."""
         return self.env.seed
 
     @property

@@ -69,7 +69,8 @@ def steps(
         save_every: also save every this many seconds (with ``state`` only).
 
     Raises:
-        HadarJobError: no batches and no total, or batches that yield nothing.
+        HadarJobError: no batches and no total, or batches that yield nothing; a
+            checkpoint to resume from that was not loaded (under Hadar).
     """
     if batches is None and job.total is None:
         raise HadarJobError(
@@ -78,6 +79,14 @@ def steps(
         )
     if save_every is not None and not save_every > 0:
         raise HadarJobError(f"save_every must be > 0 seconds, not {save_every}")
+    resume = job.env.resume_path
+    if job.env.in_hadar and job.is_rank0 and job.resumed_from is None and resume.is_file():
+        # The loop would start at step 0 and its checkpoint would say so: the
+        # work the job did so far, redone and never credited.
+        raise HadarJobError(
+            f"{resume} is there to resume from but was not loaded: call job.load() (or "
+            "hadar_job.torch.resume) before the loop"
+        )
     return _run(job, batches, state, exit, cycle, save_at_deadline, save_every)
 
 

@@ -43,22 +43,27 @@ class StopFlag:
     """Set when one of ``signals`` arrives; :attr:`requested` is read at a step boundary.
 
     The handler only records the request (and which signal): nothing is saved or
-    interrupted in the middle of a step. A second ``SIGINT`` raises
-    :class:`KeyboardInterrupt` (Ctrl-C twice ends a script run by hand at once);
-    ``hadar`` signals a task once.
+    interrupted in the middle of a step. With ``interrupt_twice``, a second ``SIGINT``
+    raises :class:`KeyboardInterrupt` (Ctrl-C twice ends a script run by hand at
+    once); :class:`hadar_job.Job` sets it only outside Hadar, where a signal that
+    arrives twice (a wrapper forwarding it, and the process group's) must not kill a
+    task in the middle of its checkpoint.
 
     Args:
         signals: the signals to catch, as :class:`signal.Signals`, numbers or names
             (``"TERM"``, ``"SIGUSR1"``); default ``SIGTERM`` and ``SIGINT``.
         install: install the handlers now (they can only be installed from the
             main thread).
+        interrupt_twice: a second ``SIGINT`` raises :class:`KeyboardInterrupt`.
     """
 
     def __init__(
         self,
         signals: Iterable[int | str | signal.Signals] = DEFAULT_SIGNALS,
         install: bool = True,
+        interrupt_twice: bool = True,
     ) -> None:
+        self.interrupt_twice = interrupt_twice
         self.signals: tuple[signal.Signals, ...] = tuple(_as_signal(s) for s in signals)
         self._requested = False
         #: The signal that asked to stop (``None``: none yet, or :meth:`request`).
@@ -87,7 +92,7 @@ class StopFlag:
         self.signum = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self._requested and signum == signal.SIGINT:
+        if self._requested and signum == signal.SIGINT and self.interrupt_twice:
             raise KeyboardInterrupt
         self._requested = True
         self.signum = signum

@@ -278,6 +278,12 @@ def resume(job: Job, model: Any, optimizer: Any | None = None, strict: bool = Tr
     """
     import torch.distributed as dist
 
+    grouped = dist.is_available() and dist.is_initialized()
+    if job.world_size > 1 and not grouped:
+        raise HadarJobError(
+            f"rank {job.rank} of {job.world_size}: call init_process_group(job) before "
+            "resume(): the ranks other than 0 receive rank 0's checkpoint through the group"
+        )
     payload: list[Any] = [None]
     if job.is_rank0:
         resumed = job.load()
@@ -287,6 +293,7 @@ def resume(job: Job, model: Any, optimizer: Any | None = None, strict: bool = Tr
     tensors, step = payload[0]
     if tensors:
         load_state_dict(tensors, model, optimizer, strict=strict)
+        job.resumed_from = job.resumed_from or job.env.resume_path
     job.step = job.start_step = int(step)
     return job.step
 

@@ -236,4 +236,12 @@ impl Backend for Fault {
         self.before(&task.nodes).await?;
         self.inner.fetch(task, name, local).await
     }
+    async fn log_tail(
+        &self,
+        task: &TaskHandle,
+        bytes: u64,
+    ) -> Result<Option<String>, BackendError> {
+        self.before(&task.nodes).await?;
+        self.inner.log_tail(task, bytes).await
+    }
 }

@@ -95,4 +95,11 @@ impl Backend for Retry {
     ) -> Result<bool, BackendError> {
         self.call(|| self.inner.fetch(task, name, local)).await
     }
+    async fn log_tail(
+        &self,
+        task: &TaskHandle,
+        bytes: u64,
+    ) -> Result<Option<String>, BackendError> {
+        self.call(|| self.inner.log_tail(task, bytes)).await
+    }
 }

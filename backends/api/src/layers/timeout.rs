@@ -120,4 +120,18 @@ impl Backend for Timeout {
         )
         .await
     }
+    async fn log_tail(
+        &self,
+        task: &TaskHandle,
+        bytes: u64,
+    ) -> Result<Option<String>, BackendError> {
+        // A few KiB: the plain limit, not a transfer's.
+        self.call(
+            task.node(),
+            "log_tail",
+            self.limit,
+            self.inner.log_tail(task, bytes),
+        )
+        .await
+    }
 }
