@@ -19,9 +19,12 @@ from conftest import PYTHON_SRC, REPO
 from hadar_job import load_file, read_file, read_step
 
 TRAIN = REPO / "examples" / "python" / "train.py"
+TRAIN_NUMPY = REPO / "examples" / "python" / "train_numpy.py"
 
 
-def setup_run(tmp_path: Path, nodes: str, total: int, step_seconds: float) -> list[str]:
+def setup_run(
+    tmp_path: Path, nodes: str, total: int, step_seconds: float, script: Path = TRAIN
+) -> list[str]:
     """Writes the cluster and jobs files; returns ``hadar run``'s arguments after
     the binary."""
     (tmp_path / "cluster.toml").write_text(nodes)
@@ -29,7 +32,7 @@ def setup_run(tmp_path: Path, nodes: str, total: int, step_seconds: float) -> li
         f"""
 [[job]]
 name = "toy"
-command = [{json.dumps(sys.executable)}, {json.dumps(str(TRAIN))}]
+command = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]
 iterations = {total}
 env = {{ PYTHONPATH = {json.dumps(str(PYTHON_SRC))}, TRAIN_STEP_SECONDS = "{step_seconds}" }}
 """
@@ -222,3 +225,23 @@ def test_the_example_runs_by_hand_and_goes_on_from_its_checkpoint(
     assert again.returncode == 0, again.stderr
     assert "step 2000 to 2000" in again.stdout
     assert 'HADAR_DONE {"iterations": 0, "step": 2000' in again.stdout
+
+
+@pytest.mark.numpy
+def test_the_numpy_job_runs_as_hadare_copies(tmp_path: Path, hadar_bin: Path) -> None:
+    """examples/python/train_numpy.py: numpy weights saved, merged across copies,
+    resumed, to the total."""
+    total = 1500
+    args = [str(hadar_bin), *setup_run(tmp_path, THREE_GPUS, total, 0.002, TRAIN_NUMPY)]
+    proc = subprocess.run(
+        [*args, "--policy", "hadare"], capture_output=True, text=True, timeout=180
+    )
+    report = finished_report(proc, total)
+    assert report["jobs"][0]["metrics"]["accuracy"] > 0.9
+    latest = load_file(tmp_path / "state" / "jobs" / "0" / "latest.safetensors")
+    # At least the total: copies of the round that finished the job count together.
+    step = read_step(latest)
+    assert step is not None
+    assert step >= total
+    assert latest["w"].dtype == "F32"
+    assert latest["w"].shape == (16, 4)

@@ -56,6 +56,10 @@ enum Entry {
     Warning(String),
 }
 
+/// The most history read back, far above what a run writes (a round's
+/// records are a few hundred bytes, plus a span per GPU whose job changed).
+const MAX_HISTORY_BYTES: u64 = 4 << 30;
+
 /// The history file of the state directory `dir`.
 pub fn history_path(dir: &Path) -> PathBuf {
     dir.join("history.jsonl")
@@ -165,6 +169,12 @@ pub(crate) fn restore(dir: &Path, state: &mut LoopState, mark: Mark) -> Result<(
     let meta = std::fs::metadata(&path).map_err(|e| io(&path, e))?;
     if !meta.is_file() {
         return Err(bad("not a regular file".into()));
+    }
+    if mark.bytes > MAX_HISTORY_BYTES {
+        return Err(bad(format!(
+            "state.json says it holds {} bytes, more than any run writes ({MAX_HISTORY_BYTES})",
+            mark.bytes
+        )));
     }
     if meta.len() < mark.bytes {
         return Err(bad(format!(
