@@ -788,6 +788,8 @@ impl RealRounds<'_> {
         self.stop_stranded(ledger).await;
         self.stop_hung(&hung, now, ledger).await?;
         self.stop_keys(&broken, ledger).await?;
+        let enough = self.copies_past_the_total(&ended);
+        self.stop_keys(&enough, ledger).await?;
         self.say_crashes(crashed, ledger).await;
         // Ended tasks leave; their checkpoints are banked.
         let (gone, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
@@ -990,6 +992,30 @@ impl RealRounds<'_> {
 
     /// A job's progress: its collected checkpoint and its running tasks'
     /// iterations, below its total until a checkpoint at the total is in.
+    /// The copies of each job that together reach its total (HadarE), but
+    /// for those that just ended: stopped now, after their checkpoints,
+    /// whose merge then holds the total (its step counts all their work),
+    /// instead of each running on towards the total alone until the round's
+    /// end (two copies did 65% more work than the job's total that way).
+    fn copies_past_the_total(&self, ended: &HashSet<Key>) -> HashSet<Key> {
+        let mut by_job: BTreeMap<u32, (u64, Vec<Key>)> = BTreeMap::new();
+        for r in &self.state.running {
+            let e = by_job.entry(r.job).or_default();
+            e.0 += r.iterations;
+            e.1.push((r.job, r.copy));
+        }
+        by_job
+            .into_iter()
+            .filter(|(job, (done, keys))| {
+                let p = &self.state.jobs[*job as usize];
+                let total = self.config.jobs[*job as usize].iterations;
+                keys.len() > 1 && !p.complete && p.held + done >= total
+            })
+            .flat_map(|(_, (_, keys))| keys)
+            .filter(|k| !ended.contains(k))
+            .collect()
+    }
+
     pub(crate) fn progress(&self, job: u32) -> u64 {
         let total = self.config.jobs[job as usize].iterations;
         let p = &self.state.jobs[job as usize];

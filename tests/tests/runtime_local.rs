@@ -672,3 +672,44 @@ async fn a_damaged_history_is_refused_and_fresh_starts_over() {
         .expect("started over");
     assert!(report.jobs.iter().all(|j| j.state == "finished"));
 }
+
+/// HadarE's copies that together reach the job's total are stopped then
+/// (their merge holds the total), not left to run towards the total each
+/// by itself until the round ends: with 30 s rounds, two copies at about
+/// 3,000 iterations/s each would do twice the job's work before one of
+/// them finished it alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_that_together_reach_the_total_are_stopped_then() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(PolicyKind::HadarE, dir.path(), 20_000);
+    let trainer = local_trainer().display().to_string();
+    cfg.jobs = parse_jobs(
+        &format!(
+            "[[job]]\nname = \"big\"\ncommand = [\"{trainer}\"]\niterations = 20000\n\
+             throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
+             env = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n"
+        ),
+        "jobs.toml",
+    )
+    .expect("jobs");
+    cfg.round_s = 30.0;
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    assert_eq!(report.jobs[0].state, "finished");
+    let tasks: Vec<String> = std::fs::read_dir(dir.path().join("tasks"))
+        .expect("tasks")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        tasks.iter().any(|t| !t.contains("-copy0-")),
+        "copies ran: {tasks:?}"
+    );
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    let held = state.jobs[0].held;
+    assert!(
+        (20_000..30_000).contains(&held),
+        "held {held}: {:?}",
+        state.jobs[0]
+    );
+}
