@@ -415,6 +415,26 @@ fn a_job_that_never_checkpoints_stops_the_run_with_the_reason() {
     assert!(err.contains("the last exited with status 2"), "{err}");
     assert!(err.contains("/task.log"), "{err}");
     assert!(!err.contains("does not follow the job protocol"), "{err}");
+    // Fixed and run again on the same state: it resumes and finishes, and
+    // the failures of the run before are not repeated as if they were new.
+    let (_, trainer) = binaries();
+    std::fs::write(
+        &crashing,
+        format!(
+            "[[job]]\nname = \"crashing\"\ncommand = [\"{}\"]\niterations = 5\n\
+             throughput = {{ v100 = 2.0, k80 = 1.0 }}\n",
+            trainer.display()
+        ),
+    )
+    .expect("jobs");
+    let o = run("v100=1,k80=1", &crashing);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("exited with status 2"), "{err}");
+    assert!(
+        err.contains("warnings of the runs before this one's resume"),
+        "{err}"
+    );
     // A script named relative to the jobs file is not where the task runs:
     // said before anything starts, and its failure shows the shell's words.
     std::fs::write(dir.path().join("train.sh"), "exit 0\n").expect("script");

@@ -85,6 +85,7 @@ def test_resume_counts_from_the_checkpoint(tmp_path: Path) -> None:
     resumed = job.load()
     assert resumed.step == 3 and list(resumed.tensors) == ["w"]
     assert resumed.tensors["w"].tolist() == [3.0]
+    assert resumed.arrays() == {"w": array.array("f", [3.0])}
     assert job.resumed_from == tmp_path / "resume.safetensors"
     w = resumed.tensors["w"].to_array()
     assert list(job.steps(state=lambda: {"w": w})) == [3, 4]

@@ -894,9 +894,15 @@ impl RealRounds<'_> {
             let status = code.map_or("a signal".to_string(), |c| format!("status {c}"));
             let ranks = self.config.jobs[job as usize].ranks != Ranks::Task;
             let note = crate::logs::crash_note(&handle, ranks, tail.as_deref());
+            let p = &self.state.jobs[job as usize];
+            let from = if p.held > 0 || p.step.is_some() {
+                "resumes from its last checkpoint"
+            } else {
+                "starts again from the beginning (it has no checkpoint yet)"
+            };
             ledger.warnings.push(format!(
                 "job {} copy {copy}: its task exited with {status} before the job was done and \
-                 resumes from its last checkpoint; {note}",
+                 {from}; {note}",
                 self.config.jobs[job as usize].name,
             ));
             ledger.crashes.insert(

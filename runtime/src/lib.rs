@@ -347,8 +347,9 @@ fn no_checkpoint_why(hung: u32, times: u32, last: Option<&str>) -> String {
     } else if let Some(last) = last {
         // A task that fails says why in its output: shown, not guessed at.
         format!(
-            "the last exited with {last}\n(a job's task must write \
-             $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before it exits: docs/job-protocol.md)"
+            "the last exited with {last}\n(fix what it printed, then run the same command \
+             again: the run resumes; a task must also write \
+             $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before it exits, docs/job-protocol.md)"
         )
     } else {
         "it does not follow the job protocol (docs/job-protocol.md: write \

@@ -348,8 +348,15 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         .build()
         .map_err(|e| CliError::output("the async runtime", e))?;
     // Warnings are said as they happen; the report's list repeats only
-    // those not said yet.
+    // those not said yet, and not those of the runs before a resume (they
+    // were said then: repeated, they would read as this run's).
     let mut said: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let earlier: std::collections::HashSet<String> = load_state(&args.state)
+        .ok()
+        .flatten()
+        .and_then(|s| s.loop_state)
+        .map(|l| l.warnings.into_iter().collect())
+        .unwrap_or_default();
     let report = rt.block_on(run_jobs(&config, backend, &mut |e| {
         match e {
             Event::Warning(w) => {
@@ -375,12 +382,18 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     }));
     bars.clear();
     let report = report.map_err(CliError::Run)?;
-    for w in report
-        .result
-        .summary
-        .warnings
+    let warnings = &report.result.summary.warnings;
+    let before = warnings.iter().filter(|w| earlier.contains(*w)).count();
+    if before > 0 {
+        tracing::warn!(
+            "{before} warnings of the runs before this one's resume: `hadar status --state {}` \
+             lists them",
+            escape(&args.state.display().to_string())
+        );
+    }
+    for w in warnings
         .iter()
-        .filter(|w| !said.contains(*w))
+        .filter(|w| !said.contains(*w) && !earlier.contains(*w))
     {
         tracing::warn!("{}", escape_lines(w));
     }

@@ -166,7 +166,7 @@ impl PolicyKind {
             }
             Self::HadarMakespan => "Hadar with the makespan utility (total time duration)",
             Self::HadarE => {
-                "HadarE: Hadar plus copies of jobs on GPUs it would leave idle, averaged each round"
+                "HadarE: Hadar plus copies of jobs on nodes it would leave idle (a copy a node), averaged each round"
             }
             Self::HadarEMakespan => "HadarE with the makespan utility",
         }

@@ -6,7 +6,7 @@ safetensors checkpoints) in a few calls::
     import hadar_job
 
     job = hadar_job.init(total=1000)          # HADAR_TOTAL_ITERATIONS wins under Hadar
-    weights = job.load().tensors or initial_weights()
+    weights = job.load().arrays() or initial_weights()  # name -> array.array
     for batch in job.steps(loader, state=lambda: weights):
         loss = train(weights, batch)
         job.report(loss=loss)

@@ -4,6 +4,7 @@ request, checkpoints and the step counters.
 
 from __future__ import annotations
 
+import array
 import operator
 import os
 import signal
@@ -44,6 +45,12 @@ class Resumed(NamedTuple):
 
     tensors: dict[str, Tensor]
     step: int
+
+    def arrays(self) -> dict[str, array.array[Any]]:
+        """The tensors as flat :class:`array.array` values (standard library only),
+        as a script that saves ``array.array`` values gets them back.
+        """
+        return {k: t.to_array() for k, t in self.tensors.items()}
 
     def numpy(self) -> dict[str, np.ndarray]:
         """The tensors as numpy arrays (needs the ``numpy`` extra)."""
