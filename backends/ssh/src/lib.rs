@@ -248,6 +248,17 @@ fn launch_command(dir: &str, program: &str, words: &str, token: &str, rank: u32)
     )
 }
 
+/// Whether an SSH error is the connection failing (timed out, the socket
+/// closed or broken: libssh2's `LIBSSH2_ERROR_SOCKET_SEND`, `_TIMEOUT`,
+/// `_SOCKET_DISCONNECT`, `_SOCKET_TIMEOUT`, `_SOCKET_RECV`), not the server
+/// refusing what was asked.
+fn transport_failure(e: &ssh2::Error) -> bool {
+    matches!(
+        e.code(),
+        ssh2::ErrorCode::Session(-7 | -9 | -13 | -30 | -43)
+    )
+}
+
 /// `s` quoted for a POSIX shell.
 fn q(s: &str) -> Result<String, BackendError> {
     shlex::try_quote(s)
@@ -284,13 +295,22 @@ impl Inner {
         self.check_host_key(host, &session)?;
         session
             .userauth_pubkey_file(&host.user, None, &host.key, None)
-            .map_err(|e| BackendError::Launch {
-                node: host.name.clone(),
-                message: format!(
+            .map_err(|e| {
+                let message = format!(
                     "authentication as {} with {}: {e}",
                     host.user,
                     host.key.display()
-                ),
+                );
+                // The connection failing mid-way is a node gone; the server
+                // refusing the key is a launch that cannot work.
+                if transport_failure(&e) {
+                    unreachable(message)
+                } else {
+                    BackendError::Launch {
+                        node: host.name.clone(),
+                        message,
+                    }
+                }
             })?;
         // Every command is short (a stop polls), so the timeout stays on: a
         // host that stops answering times out and counts as unreachable.
@@ -870,6 +890,23 @@ impl Backend for SshBackend {
 
 #[cfg(test)]
 mod tests {
+    /// An authentication cut by the connection failing (the link lost
+    /// while the session was set up, seen in CI) is a node gone, not a
+    /// refused key.
+    #[test]
+    fn a_connection_failing_mid_way_is_not_a_refusal() {
+        use ssh2::{Error, ErrorCode};
+        let timed_out = Error::new(ErrorCode::Session(-9), "Timed out waiting on socket");
+        assert!(super::transport_failure(&timed_out));
+        let closed = Error::new(ErrorCode::Session(-13), "socket disconnected");
+        assert!(super::transport_failure(&closed));
+        let refused = Error::new(
+            ErrorCode::Session(-18),
+            "Username/PublicKey combination invalid",
+        );
+        assert!(!super::transport_failure(&refused));
+    }
+
     use super::*;
 
     #[test]
