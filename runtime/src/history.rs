@@ -36,6 +36,19 @@ pub struct Mark {
     pub warnings: usize,
 }
 
+impl Mark {
+    /// The entries `state` holds, as a mark of `bytes` bytes.
+    fn of(state: &LoopState, bytes: u64) -> Self {
+        Self {
+            bytes,
+            rounds: state.rounds.len(),
+            spans: state.spans.len(),
+            decisions: state.decisions.len(),
+            warnings: state.warnings.len(),
+        }
+    }
+}
+
 /// One line of the file, as written (borrowed: nothing is cloned to save).
 #[derive(Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -69,13 +82,7 @@ pub fn history_path(dir: &Path) -> PathBuf {
 /// syncs it; returns the new mark. Writes nothing when nothing is new.
 pub fn append(dir: &Path, state: &LoopState, mark: Mark) -> Result<Mark, RunError> {
     let path = history_path(dir);
-    let new = Mark {
-        bytes: mark.bytes,
-        rounds: state.rounds.len(),
-        spans: state.spans.len(),
-        decisions: state.decisions.len(),
-        warnings: state.warnings.len(),
-    };
+    let new = Mark::of(state, mark.bytes);
     if new == mark {
         return Ok(mark);
     }
@@ -200,13 +207,7 @@ pub(crate) fn restore(dir: &Path, state: &mut LoopState, mark: Mark) -> Result<(
             Entry::Warning(w) => state.warnings.push(w),
         }
     }
-    let found = Mark {
-        bytes: mark.bytes,
-        rounds: state.rounds.len(),
-        spans: state.spans.len(),
-        decisions: state.decisions.len(),
-        warnings: state.warnings.len(),
-    };
+    let found = Mark::of(state, mark.bytes);
     if found != mark {
         return Err(bad(format!(
             "its first {} bytes hold {} rounds, {} spans, {} solves and {} warnings where \
