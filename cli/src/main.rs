@@ -70,6 +70,7 @@ const TRACE_EXAMPLES: &str = "\
 Examples:
   hadar trace generate --generator philly --jobs 8000 --jobs-per-hour 5 --seed 0 --out cont.trace
   hadar trace check --trace cont.trace --cluster v100=36,p100=36,k80=36
+  hadar trace import openb --pods openb_pod_list_default.csv --nodes openb_node_list_gpu_node.csv --out openb/
   hadar simulate --trace cont.trace --cluster v100=36,p100=36,k80=36 --window 4000..5000";
 
 const REPRODUCE_EXAMPLES: &str = "\

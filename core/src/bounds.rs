@@ -9,7 +9,7 @@
 //!   relaxation can always match by time-sharing the same GPU-seconds).
 //! * [`jct_lower_bound`]: each job alone on its fastest type from its arrival.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fork_model::{ForkCurves, ForkModel};
 use crate::lp::{Expression, Lp, LpSolver};
 use crate::workload::Workload;
@@ -77,9 +77,32 @@ pub struct FluidPlan {
 
 /// Solves the fluid relaxation and returns its plan.
 pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
+    // A trace of a real cluster has arrivals and work in the tens of
+    // millions of seconds, where the interior-point solver, in seconds and
+    // steps, reports the problem infeasible (Alibaba 2023). Solved again in
+    // hours, each job's work as a share of its steps, it is found. The
+    // first try stays in seconds: the LP has many optima, and the plans of
+    // `hadar:makespan` documented so far come from that one.
+    match fluid_plan_in(jobs, counts, Units::Seconds) {
+        Err(Error::Solver { .. }) => fluid_plan_in(jobs, counts, Units::Scaled),
+        other => other,
+    }
+}
+
+/// How [`fluid_plan_in`] writes the LP.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Units {
+    /// Seconds and steps.
+    Seconds,
+    /// Hours, and work as a share of the job's steps.
+    Scaled,
+}
+
+fn fluid_plan_in(jobs: &[FluidJob<'_>], counts: &[u32], units: Units) -> Result<FluidPlan> {
+    let unit_s = if units == Units::Scaled { 3600.0 } else { 1.0 };
     let mut lp = Lp::new();
     let t_end = lp.nonneg();
-    // a[j][w], only where the job can run.
+    // a[j][w] (hours), only where the job can run.
     let mut a: Vec<Vec<(usize, good_lp::Variable)>> = Vec::with_capacity(jobs.len());
     for job in jobs {
         let mut row = Vec::new();
@@ -91,15 +114,30 @@ pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
             // relaxation only bounds GPU-seconds, not simultaneity.
             if rate > 0.0 && counts[w] > 0 {
                 let v = lp.nonneg();
-                work.add_mul(rate, v);
+                let per_unit = rate * unit_s;
+                work.add_mul(
+                    if units == Units::Scaled {
+                        per_unit / job.steps.max(f64::MIN_POSITIVE)
+                    } else {
+                        per_unit
+                    },
+                    v,
+                );
                 time.add_mul(1.0, v);
                 row.push((w, v));
             }
         }
-        lp.ge(work, job.steps);
+        lp.ge(
+            work,
+            if units == Units::Scaled {
+                1.0
+            } else {
+                job.steps
+            },
+        );
         // sum_w a[j,w] <= T - arrival_j
         time.add_mul(-1.0, t_end);
-        lp.le(time, -job.arrival_s);
+        lp.le(time, -job.arrival_s / unit_s);
         a.push(row);
     }
     // Capacity from each breakpoint on: jobs arriving at or after `t0` use
@@ -117,7 +155,7 @@ pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
                 }
             }
             used.add_mul(-f64::from(count), t_end);
-            lp.le(used, -f64::from(count) * t0);
+            lp.le(used, -f64::from(count) * t0 / unit_s);
         }
     }
     let solver = if jobs.len() > 300 {
@@ -130,11 +168,11 @@ pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
     let mut seconds = vec![0.0; jobs.len() * k];
     for (j, row) in a.iter().enumerate() {
         for &(w, v) in row {
-            seconds[j * k + w] = solution.value(v).max(0.0);
+            seconds[j * k + w] = solution.value(v).max(0.0) * unit_s;
         }
     }
     Ok(FluidPlan {
-        end_s: solution.value(t_end),
+        end_s: solution.value(t_end) * unit_s,
         seconds,
     })
 }
@@ -154,7 +192,15 @@ pub fn fluid_plan(jobs: &[FluidJob<'_>], counts: &[u32]) -> Result<FluidPlan> {
 /// rate their GPUs could make one copy at, `h` concave and nondecreasing,
 /// and by Jensen over the job's life. Under `constant:1.0` only `s = 1, a =
 /// 0` binds: every GPU-second counts in full (the paper's assumption).
+///
+/// A job keeps at most [`ENVELOPE_LINES`] of its envelope's lines (the
+/// first, the cap, and lines spread between): fewer constraints can only
+/// lower the LP's optimum, so the bound stays valid, and on a cluster of a
+/// thousand nodes the whole envelope (a line per number of copies) made an
+/// LP of gigabytes. Solved in hours, each job's constraints as shares of
+/// its steps, as [`fluid_plan`] is.
 pub fn forked_makespan_lower_bound(workload: &Workload, model: ForkModel) -> Result<f64> {
+    const UNIT_S: f64 = 3600.0;
     let curves = ForkCurves::new(model, workload)?;
     let max_copies = workload.cluster().nodes().len() as u32;
     let counts = workload.cluster().gpus_per_type();
@@ -163,29 +209,28 @@ pub fn forked_makespan_lower_bound(workload: &Workload, model: ForkModel) -> Res
     let jobs = workload.jobs();
     let mut g: Vec<Vec<(usize, good_lp::Variable)>> = Vec::with_capacity(jobs.len());
     for (j, job) in jobs.iter().enumerate() {
+        // g[j][w] (GPU-hours) with the job's best steps per GPU-hour there.
         let mut row = Vec::new();
-        let mut work = Expression::from(0.0);
         for (w, &count) in counts.iter().enumerate() {
             let per_gpu = best_per_gpu(workload, j, w);
             if per_gpu > 0.0 && count > 0 {
-                let v = lp.nonneg();
-                work.add_mul(per_gpu, v);
-                row.push((w, v));
+                row.push((w, lp.nonneg(), per_gpu * UNIT_S));
             }
         }
-        let r = best_copy_rate(workload, j);
+        let steps = (job.total_steps as f64).max(1.0);
+        let r = best_copy_rate(workload, j) * UNIT_S;
         // A job with `fork = false` runs one copy: its gang.
         let copies = if job.placement.fork { max_copies } else { 1 };
-        for (a, slope) in curves.curve(j).envelope(copies) {
-            // steps <= r a (T - arrival) + slope R
+        for (a, slope) in thin(curves.curve(j).envelope(copies), ENVELOPE_LINES) {
+            // steps <= r a (T - arrival) + slope R, over steps
             let mut e = Expression::from(0.0);
-            e.add_mul(r * a, t_end);
-            for &(w, v) in &row {
-                e.add_mul(slope * best_per_gpu(workload, j, w), v);
+            e.add_mul(r * a / steps, t_end);
+            for &(_, v, per_gpu) in &row {
+                e.add_mul(slope * per_gpu / steps, v);
             }
-            lp.ge(e, job.total_steps as f64 + r * a * job.arrival_s);
+            lp.ge(e, 1.0 + r * a * job.arrival_s / UNIT_S / steps);
         }
-        g.push(row);
+        g.push(row.into_iter().map(|(w, v, _)| (w, v)).collect());
     }
     for t0 in breakpoints(jobs.iter().map(|j| j.arrival_s)) {
         for (w, &count) in counts.iter().enumerate() {
@@ -200,22 +245,41 @@ pub fn forked_makespan_lower_bound(workload: &Workload, model: ForkModel) -> Res
                 }
             }
             used.add_mul(-f64::from(count), t_end);
-            lp.le(used, -f64::from(count) * t0);
+            lp.le(used, -f64::from(count) * t0 / UNIT_S);
         }
     }
     // No job finishes before it arrives.
-    for job in jobs {
-        let mut e = Expression::from(0.0);
-        e.add_mul(1.0, t_end);
-        lp.ge(e, job.arrival_s);
-    }
+    let last_arrival = jobs.iter().map(|j| j.arrival_s).fold(0.0, f64::max);
+    let mut e = Expression::from(0.0);
+    e.add_mul(1.0, t_end);
+    lp.ge(e, last_arrival / UNIT_S);
     let solver = if jobs.len() > 300 {
         LpSolver::InteriorPoint
     } else {
         LpSolver::Simplex
     };
     let solution = lp.solve(t_end.into(), false, solver, "the forked-job lower bound")?;
-    Ok(solution.value(t_end))
+    Ok(solution.value(t_end) * UNIT_S)
+}
+
+/// The most envelope lines a job keeps in the forked-job bound.
+const ENVELOPE_LINES: usize = 12;
+
+/// At most `max` of `lines`: the first, the last, and lines spread
+/// geometrically between (the envelope bends most at few copies).
+fn thin(lines: Vec<(f64, f64)>, max: usize) -> Vec<(f64, f64)> {
+    let n = lines.len();
+    if n <= max {
+        return lines;
+    }
+    let mut keep: Vec<usize> = (0..max - 1)
+        .map(|i| ((n as f64 - 1.0).powf(i as f64 / (max - 2) as f64)).round() as usize)
+        .collect();
+    keep.push(0);
+    keep.push(n - 1);
+    keep.sort_unstable();
+    keep.dedup();
+    keep.into_iter().map(|i| lines[i]).collect()
 }
 
 /// Job `j`'s best steps per GPU-second on type `w`, of any copy size or

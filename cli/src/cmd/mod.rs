@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod import;
 pub mod merge;
 pub mod policies;
 pub mod reproduce;

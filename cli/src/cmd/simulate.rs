@@ -429,6 +429,8 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             MixedRate::Min
         },
         makespan_bound: !args.no_bound,
+        // Only HadarE's runs are measured against the forked-job bound.
+        forked_bound: kinds.iter().any(|k| k.forks()),
         explain: args.explain.map(hadar_core::job::JobId),
         fork_model: fork_model(&args),
         knowledge: args.knowledge.settings(args.seed),

@@ -48,6 +48,19 @@ pub enum TraceCommand {
     /// cluster GPU type.
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
+    /// Import a public trace of a real cluster: Philly, Alibaba PAI 2020,
+    /// Alibaba GPU 2023 (openb), Helios or Acme.
+    ///
+    /// Writes what `hadar simulate` reads: the jobs as a trace (by
+    /// submission, arrivals from the first), a throughput table, and the
+    /// cluster when the trace has a machine list, with import.json saying
+    /// what was kept, left out and assumed. Real traces give run times,
+    /// not speeds: a job's work is its run time times the speed of the type
+    /// it ran on (--speed, --speeds; 1 for a type not named), and it runs at
+    /// each type's speed. docs/traces.md says what each format maps,
+    /// infers and drops.
+    #[command(subcommand, after_help = IMPORT_EXAMPLES)]
+    Import(super::import::ImportCommand),
 }
 
 const GENERATE_EXAMPLES: &str = "\
@@ -56,6 +69,13 @@ Examples:
   hadar trace generate --generator offline --jobs 100 --multi-gpu --seed 0 --out static.trace
   # A continuous workload: Poisson arrivals, 5 jobs per hour on average
   hadar trace generate --generator philly --jobs 8000 --jobs-per-hour 5 --seed 0 --out cont.trace";
+
+const IMPORT_EXAMPLES: &str = "\
+Examples:
+  hadar trace import openb --pods openb_pod_list_default.csv --nodes openb_node_list_gpu_node.csv --out openb/
+  hadar trace import philly --log cluster_job_log --machines cluster_machine_list \\
+      --speed gpu-24gb=1,gpu-12gb=0.6 --out philly/
+  hadar trace import helios --log Venus/cluster_log.csv --completed-only --out venus/ --json";
 
 const CHECK_EXAMPLES: &str = "\
 Examples:
@@ -144,6 +164,7 @@ pub fn run(cmd: TraceCommand) -> Result<(), CliError> {
     match cmd {
         TraceCommand::Generate(args) => run_generate(args),
         TraceCommand::Check(args) => run_check(args),
+        TraceCommand::Import(cmd) => super::import::run(cmd),
     }
 }
 
@@ -201,7 +222,7 @@ fn run_generate(args: GenerateArgs) -> Result<(), CliError> {
 
 /// Writes `bytes` to a temporary file next to `path`, then renames it over
 /// `path`: readers see the old file or the whole new one, never a part.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     let fail = |e| CliError::output(path.display(), e);
     let name = path.file_name().ok_or_else(|| {
         fail(std::io::Error::new(

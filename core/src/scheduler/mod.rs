@@ -139,6 +139,12 @@ impl PolicyKind {
         )
     }
 
+    /// Whether it runs copies of jobs (HadarE): its runs answer to the
+    /// forked-job bounds.
+    pub fn forks(self) -> bool {
+        matches!(self, Self::HadarE | Self::HadarEMakespan)
+    }
+
     /// One line for `hadar policies`.
     pub fn description(self) -> &'static str {
         match self {

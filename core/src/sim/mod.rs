@@ -35,6 +35,9 @@ pub struct SimSettings {
     pub mixed_rate: MixedRate,
     /// Whether to compute the LP makespan bound (an LP over the measured jobs).
     pub makespan_bound: bool,
+    /// Whether to compute the forked-job makespan bound too (an LP that
+    /// only HadarE's runs are measured against).
+    pub forked_bound: bool,
     /// Record why this job ran where it ran, or waited, in every round.
     pub explain: Option<crate::job::JobId>,
     /// HadarE: how much a forked job's copies progress (the statistical
@@ -52,10 +55,25 @@ impl Default for SimSettings {
             scheduler: SchedulerSettings::default(),
             mixed_rate: MixedRate::Min,
             makespan_bound: true,
+            forked_bound: true,
             explain: None,
             fork_model: ForkModel::default(),
             knowledge: KnowledgeSettings::default(),
         }
+    }
+}
+
+/// A bound the LP solver could not find is left out, with a warning, and
+/// the run goes on: it measures policies, and a bound only puts their
+/// figures beside it.
+fn skip_failed(what: &str, bound: Result<f64>) -> Result<Option<f64>> {
+    match bound {
+        Ok(b) => Ok(Some(b)),
+        Err(e @ Error::Solver { .. }) => {
+            tracing::warn!("{what} is left out: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -102,12 +120,15 @@ impl Experiment {
             } else {
                 Arc::new(workload.subset(&measured)?)
             };
+            let forked = settings
+                .forked_bound
+                .then(|| crate::bounds::forked_makespan_lower_bound(&sub, settings.fork_model));
             (
-                Some(makespan_lower_bound(&sub)?),
-                Some(crate::bounds::forked_makespan_lower_bound(
-                    &sub,
-                    settings.fork_model,
-                )?),
+                skip_failed("the makespan bound", makespan_lower_bound(&sub))?,
+                match forked {
+                    Some(b) => skip_failed("the forked-job makespan bound", b)?,
+                    None => None,
+                },
             )
         } else {
             (None, None)

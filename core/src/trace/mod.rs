@@ -5,6 +5,7 @@
 
 pub mod gavel;
 pub mod generate;
+pub mod import;
 pub mod pyrandom;
 
 pub use gavel::{parse_trace, read_trace, write_trace, TraceFormat};

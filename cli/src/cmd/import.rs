@@ -1,0 +1,404 @@
+//! `hadar trace import`: public traces of real clusters to the inputs of
+//! `hadar simulate` (a trace, a throughput table, a cluster file).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use hadar_core::error::read_to_string;
+use hadar_core::trace::import::{
+    self, pai::PaiFiles, ImportOptions, ImportSummary, Imported, Speeds,
+};
+
+use crate::exit::CliError;
+use crate::report::escape;
+
+/// Which trace, with its files.
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// Microsoft's Philly trace (ATC'19): cluster_job_log (JSON) and,
+    /// optionally, cluster_machine_list.
+    ///
+    /// A job's GPUs are its first attempt's, its run time its attempts'
+    /// time together, its type the machine list's for the machine of its
+    /// last attempt: `gpu-12gb` or `gpu-24gb` (the list gives memory, not
+    /// a model; jobs on machines it lacks count as gpu-24gb).
+    #[command(
+        after_help = "Example:\n  hadar trace import philly --log trace-data/cluster_job_log \\\n      --machines trace-data/cluster_machine_list --speed gpu-24gb=1,gpu-12gb=0.6 --out philly/"
+    )]
+    Philly {
+        /// `cluster_job_log`: the JSON array of jobs.
+        #[arg(long, value_name = "FILE")]
+        log: PathBuf,
+        /// `cluster_machine_list`: written as the cluster file.
+        #[arg(long, value_name = "FILE")]
+        machines: Option<PathBuf>,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Alibaba's PAI GPU trace 2020 (NSDI'22): pai_job_table and
+    /// pai_task_table, optionally pai_machine_spec and pai_group_tag_table
+    /// (headerless CSVs, as upstream ships them).
+    ///
+    /// A job's GPUs are the sum over its tasks of inst_num x plan_gpu / 100
+    /// (a fraction for shared GPUs), its type the gpu_type of its largest
+    /// task; the group tags add a required type (gpu_type_spec) and a model
+    /// family (workload) for --speeds.
+    #[command(
+        after_help = "Example:\n  hadar trace import pai --jobs pai_job_table.csv --tasks pai_task_table.csv \\\n      --machines pai_machine_spec.csv --speed V100M32=1,V100=1,P100=0.6,T4=0.5,MISC=0.3 --out pai/"
+    )]
+    Pai {
+        /// `pai_job_table.csv`.
+        #[arg(long, value_name = "FILE")]
+        jobs: PathBuf,
+        /// `pai_task_table.csv`.
+        #[arg(long, value_name = "FILE")]
+        tasks: PathBuf,
+        /// `pai_machine_spec.csv`: written as the cluster file.
+        #[arg(long, value_name = "FILE")]
+        machines: Option<PathBuf>,
+        /// `pai_group_tag_table.csv`: type constraints and model families.
+        #[arg(long, value_name = "FILE")]
+        group_tags: Option<PathBuf>,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Alibaba's GPU cluster trace 2023 ("openb", ATC'23): a pod list and,
+    /// optionally, a node list.
+    ///
+    /// A pod with num_gpu 1 and gpu_milli below 1000 asked for a share of a
+    /// GPU: it gets a whole one (the simulator does not pack shares; the
+    /// share stays in the trace's command column). gpu_spec is kept as the
+    /// types the pod accepts. Pods never scheduled are left out.
+    #[command(
+        after_help = "Example:\n  hadar trace import openb --pods openb_pod_list_default.csv \\\n      --nodes openb_node_list_gpu_node.csv --out openb/"
+    )]
+    Openb {
+        /// `openb_pod_list_*.csv` (one with times: default, gpushare*, gpuspec*).
+        #[arg(long, value_name = "FILE")]
+        pods: PathBuf,
+        /// `openb_node_list_gpu_node.csv` (or _all_node): written as the cluster file.
+        #[arg(long, value_name = "FILE")]
+        nodes: Option<PathBuf>,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// SenseTime's Helios trace (SC'21): a cluster's cluster_log.csv.
+    ///
+    /// No machine list and no GPU model: every job counts as having run on
+    /// v100 (the clusters' nodes are 8 V100s), unless --ran-on says
+    /// otherwise. CPU jobs are left out.
+    #[command(
+        after_help = "Example:\n  hadar trace import helios --log Venus/cluster_log.csv --out venus/"
+    )]
+    Helios {
+        /// `cluster_log.csv`.
+        #[arg(long, value_name = "FILE")]
+        log: PathBuf,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Shanghai AI Lab's Acme trace (NSDI'24): trace_seren.csv or trace_kalos.csv.
+    ///
+    /// Every job counts as having run on a100 (the clusters are A100s)
+    /// unless --ran-on says otherwise; its `type` (Pretrain, SFT, Eval, ...)
+    /// is its model family for --speeds.
+    #[command(
+        after_help = "Example:\n  hadar trace import acme --log trace_seren.csv --speeds llm-speeds.csv --out seren/"
+    )]
+    Acme {
+        /// `trace_seren.csv` or `trace_kalos.csv`.
+        #[arg(long, value_name = "FILE")]
+        log: PathBuf,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+}
+
+/// What every import takes.
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// Directory to write jobs.trace, throughputs.csv, cluster.toml (when
+    /// the trace has a machine list) and import.json to.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Relative speeds of GPU types for every job, e.g. v100=1,p100=0.6,k80=0.3:
+    /// a job that ran d seconds on a type of speed s has d x s iterations and
+    /// runs s' per second on a type of speed s'. A type not named is as fast
+    /// as any other (1). Name every type you will simulate on.
+    #[arg(long, value_name = "TYPE=S,...")]
+    speed: Vec<String>,
+    /// Speeds per model family: a CSV `family,gpu_type,speed` (family `*`:
+    /// every family); read before --speed, which wins for every family.
+    #[arg(long, value_name = "FILE")]
+    speeds: Option<PathBuf>,
+    /// The GPU type of a job whose trace does not say where it ran
+    /// (default: helios v100, acme a100, philly gpu-24gb, openb the node
+    /// list's most common type, pai MISC).
+    #[arg(long, value_name = "TYPE")]
+    ran_on: Option<String>,
+    /// Keep only the jobs that completed (default: every job that ran, as
+    /// each held its GPUs).
+    #[arg(long)]
+    completed_only: bool,
+    /// Keep only the first N jobs by submission.
+    #[arg(long, value_name = "N")]
+    first: Option<usize>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs an import.
+pub fn run(cmd: ImportCommand) -> Result<(), CliError> {
+    let (imported, common) = match cmd {
+        ImportCommand::Philly {
+            log,
+            machines,
+            common,
+        } => {
+            let log_text = read(&log)?;
+            let m = machines.as_deref().map(read).transpose()?;
+            let m_src = machines.as_ref().map(|p| p.display().to_string());
+            let imp = import::philly::import(
+                &log_text,
+                &log.display().to_string(),
+                m.as_deref().zip(m_src.as_deref()),
+            )?;
+            (imp, common)
+        }
+        ImportCommand::Pai {
+            jobs,
+            tasks,
+            machines,
+            group_tags,
+            common,
+        } => {
+            let (j, t) = (read(&jobs)?, read(&tasks)?);
+            let m = machines.as_deref().map(read).transpose()?;
+            let g = group_tags.as_deref().map(read).transpose()?;
+            let names = [&jobs, &tasks].map(|p| p.display().to_string());
+            let m_src = machines.as_ref().map(|p| p.display().to_string());
+            let g_src = group_tags.as_ref().map(|p| p.display().to_string());
+            let imp = import::pai::import(PaiFiles {
+                jobs: (&j, &names[0]),
+                tasks: (&t, &names[1]),
+                machines: m.as_deref().zip(m_src.as_deref()),
+                group_tags: g.as_deref().zip(g_src.as_deref()),
+            })?;
+            (imp, common)
+        }
+        ImportCommand::Openb {
+            pods,
+            nodes,
+            common,
+        } => {
+            let p = read(&pods)?;
+            let n = nodes.as_deref().map(read).transpose()?;
+            let n_src = nodes.as_ref().map(|p| p.display().to_string());
+            let imp = import::openb::import(
+                &p,
+                &pods.display().to_string(),
+                n.as_deref().zip(n_src.as_deref()),
+            )?;
+            (imp, common)
+        }
+        ImportCommand::Helios { log, common } => (
+            import::helios::import(&read(&log)?, &log.display().to_string())?,
+            common,
+        ),
+        ImportCommand::Acme { log, common } => (
+            import::acme::import(&read(&log)?, &log.display().to_string())?,
+            common,
+        ),
+    };
+    finish(imported, &common)
+}
+
+fn read(path: &Path) -> Result<String, CliError> {
+    Ok(read_to_string(path)?)
+}
+
+/// Converts, writes the files, and prints the summary.
+fn finish(imported: Imported, args: &CommonArgs) -> Result<(), CliError> {
+    let mut speeds = Speeds::default();
+    if let Some(path) = &args.speeds {
+        speeds.parse_csv(&read(path)?, &path.display().to_string())?;
+    }
+    for s in &args.speed {
+        speeds.parse_arg(s)?;
+    }
+    if let Some(t) = &args.ran_on {
+        if t.is_empty()
+            || !t
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        {
+            return Err(CliError::Usage(format!(
+                "--ran-on `{}` is not a GPU type name; use letters, digits, `_`, `-` and `.`",
+                escape(t)
+            )));
+        }
+    }
+    let options = ImportOptions {
+        completed_only: args.completed_only,
+        first: args.first,
+        speeds,
+        ran_on: args.ran_on.clone(),
+    };
+    let converted = imported.convert(&options)?;
+    let dir = &args.out;
+    std::fs::create_dir_all(dir).map_err(|e| CliError::output(dir.display(), e))?;
+    let json = serde_json::to_string_pretty(&converted.summary)
+        .map_err(|e| CliError::output("import.json", std::io::Error::other(e)))?;
+    let mut written = vec![
+        ("jobs.trace", converted.trace.as_str()),
+        ("throughputs.csv", converted.throughputs.as_str()),
+    ];
+    if let Some(c) = &converted.cluster {
+        written.push(("cluster.toml", c));
+    }
+    written.push(("import.json", &json));
+    for (name, text) in &written {
+        super::trace::write_atomically(&dir.join(name), text.as_bytes())?;
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print!(
+            "{}",
+            render(&converted.summary, dir, converted.cluster.is_some())
+        );
+    }
+    Ok(())
+}
+
+/// The summary for a human, and the command that simulates the import.
+fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
+    let mut o = String::new();
+    let dropped = s.jobs_read - s.jobs;
+    let _ = writeln!(
+        o,
+        "imported {} of the {} jobs of the {} trace",
+        s.jobs, s.jobs_read, s.format
+    );
+    if dropped > 0 {
+        let why: Vec<String> = s
+            .dropped
+            .iter()
+            .map(|(d, n)| format!("{n} {}", d.reason()))
+            .collect();
+        let _ = writeln!(o, "  left out   {dropped}: {}", why.join("; "));
+    }
+    let list = |m: Vec<String>| m.join(", ");
+    let _ = writeln!(
+        o,
+        "  ended      {}",
+        list(
+            s.status
+                .iter()
+                .map(|(k, n)| format!("{} {n}", k.name()))
+                .collect()
+        )
+    );
+    let _ = writeln!(
+        o,
+        "  gangs      {} (largest {})",
+        list(
+            s.gangs
+                .iter()
+                .map(|(g, n)| format!("{g} GPU{}: {n}", if *g == 1 { "" } else { "s" }))
+                .collect()
+        ),
+        s.largest_gang
+    );
+    let assumed = if s.ran_on_assumed == 0 {
+        String::new()
+    } else if s.ran_on_assumed == s.jobs {
+        format!(
+            " (the trace does not say: all counted as {})",
+            s.default_type
+        )
+    } else {
+        format!(
+            " ({} of them counted as {}: the trace does not say)",
+            s.ran_on_assumed, s.default_type
+        )
+    };
+    let _ = writeln!(
+        o,
+        "  ran on     {}{assumed}",
+        list(s.ran_on.iter().map(|(t, n)| format!("{t} {n}")).collect())
+    );
+    let _ = writeln!(o, "  limits     {} jobs accept only some types; {} asked for a share of a GPU (each gets a whole one)", s.constrained, s.fractional);
+    let _ = writeln!(
+        o,
+        "  span       {:.1} days of arrivals; {:.0} GPU-hours held",
+        s.span_s / 86_400.0,
+        s.gpu_hours
+    );
+    let _ = writeln!(
+        o,
+        "  speeds     {}",
+        list(
+            s.types
+                .iter()
+                .map(|t| format!(
+                    "{} {}{}",
+                    t.gpu_type,
+                    t.speed,
+                    if t.assumed { " (assumed)" } else { "" }
+                ))
+                .collect()
+        )
+    );
+    if s.cluster_nodes > 0 {
+        let gpus: u64 = s.cluster_gpus.values().sum();
+        let _ = writeln!(
+            o,
+            "  cluster    {} nodes, {gpus} GPUs: {}",
+            s.cluster_nodes,
+            list(
+                s.cluster_gpus
+                    .iter()
+                    .map(|(t, n)| format!("{t} {n}"))
+                    .collect()
+            )
+        );
+    }
+    if s.types.iter().any(|t| t.assumed) {
+        o.push_str(
+            "  (a type with no speed given is as fast as any other: give --speed or --speeds)\n",
+        );
+    }
+    for n in &s.notes {
+        let _ = writeln!(o, "  note: {}", escape(n));
+    }
+    let q = |p: PathBuf| {
+        shlex::try_quote(&p.display().to_string())
+            .map_or_else(|_| p.display().to_string(), |c| c.into_owned())
+    };
+    let cluster = if has_cluster {
+        q(dir.join("cluster.toml"))
+    } else {
+        // The GPUs the trace kept busy on average, in nodes of 8, and at least its largest gang.
+        let busy = if s.span_s > 0.0 {
+            s.gpu_hours * 3600.0 / s.span_s
+        } else {
+            0.0
+        };
+        let gpus = (busy.max(f64::from(s.largest_gang)) / 8.0).ceil().max(1.0) as u64 * 8;
+        format!("{}={gpus} --gpus-per-node 8", s.default_type)
+    };
+    let _ = writeln!(o, "\nwrote {}", q(dir.to_path_buf()));
+    let _ = writeln!(
+        o,
+        "simulate it: hadar simulate --trace {} --throughputs {} --cluster {cluster} --no-bound",
+        q(dir.join("jobs.trace")),
+        q(dir.join("throughputs.csv"))
+    );
+    if !has_cluster {
+        o.push_str("  (the trace has no machine list: that cluster holds the GPUs its jobs kept busy on average; use your own)\n");
+    }
+    o
+}

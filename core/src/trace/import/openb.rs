@@ -1,0 +1,211 @@
+//! Alibaba's GPU cluster trace 2023 ("openb", ATC'23): `openb_node_list_*.csv`
+//! and `openb_pod_list_*.csv`.
+//!
+//! A pod is a job: `num_gpu` GPUs, or, with `num_gpu` 1 and `gpu_milli`
+//! below 1000, a share of one GPU (it gets a whole GPU here: the simulator
+//! does not pack fractions; the share stays in the trace's command column).
+//! `gpu_spec` (`V100M16|V100M32`) is the types it accepts. It runs from
+//! `scheduled_time` to `deletion_time` (seconds); a pod never scheduled
+//! (`Pending`, no `scheduled_time`) is left out. `Running` pods were still
+//! running when the trace was taken; their `deletion_time` is its end. The
+//! trace does not say which type a pod ran on: the first type of its
+//! `gpu_spec`, else the type with the most GPUs in the node list (`G2`).
+
+use std::collections::BTreeMap;
+
+use super::read::{self, Header, Table};
+use super::{Dropped, Imported, Status, TraceJob, TraceNode};
+use crate::error::{Error, Result};
+
+/// The type of a pod with no `gpu_spec` when no node list is given.
+pub const DEFAULT_TYPE: &str = "G2";
+
+/// Reads a pod list and, when given, a node list.
+pub fn import(pods: &str, source: &str, nodes: Option<(&str, &str)>) -> Result<Imported> {
+    let mut out = Imported::new("openb", DEFAULT_TYPE);
+    if let Some((text, node_source)) = nodes {
+        out.nodes = read_nodes(text, node_source)?;
+        let mut by_type: BTreeMap<&str, u64> = BTreeMap::new();
+        for n in &out.nodes {
+            *by_type.entry(&n.gpu_type).or_default() += u64::from(n.gpus);
+        }
+        if let Some((t, _)) = by_type
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        {
+            out.default_type = t.to_string();
+        }
+    }
+    let table = Table::parse(pods, source, Header::Required)?;
+    let [name, num_gpu, milli, phase, scheduled, deletion] = table
+        .columns([
+            "name",
+            "num_gpu",
+            "gpu_milli",
+            "pod_phase",
+            "scheduled_time",
+            "deletion_time",
+        ])
+        .map_err(|e| {
+            Error::parse(
+                crate::error::Location::new(source).line(1),
+                format!("{e}; the sampled lists with no times (openb_pod_list_multigpu50.csv and the like) cannot be simulated: import openb_pod_list_default.csv or one with times"),
+            )
+        })?;
+    let creation = table.columns(["creation_time"])?[0];
+    let spec = table.optional("gpu_spec");
+    for row in table.rows() {
+        let row = row?;
+        let job = (|| -> Result<std::result::Result<TraceJob, Dropped>> {
+            let n = row.number(num_gpu)?.unwrap_or(0.0);
+            let m = row.number(milli)?.unwrap_or(1000.0);
+            if n < 0.0 || n.fract() != 0.0 || !(0.0..=1000.0).contains(&m) {
+                return Err(Error::parse(
+                    row.at(if n < 0.0 || n.fract() != 0.0 { num_gpu } else { milli }),
+                    format!("num_gpu {n}, gpu_milli {m}: expected a whole number of GPUs and a share of 0 to 1000"),
+                ));
+            }
+            let gpus = if n == 1.0 { m / 1000.0 } else { n };
+            if gpus == 0.0 {
+                return Ok(Err(Dropped::NoGpu));
+            }
+            let status = match row.get(phase) {
+                "Succeeded" => Status::Completed,
+                "Failed" => Status::Failed,
+                "Running" => Status::Running,
+                "Pending" => return Ok(Err(Dropped::NeverRan)),
+                other => {
+                    return Err(Error::parse(
+                        row.at(phase),
+                        format!(
+                        "`{}` is not a pod phase; expected Succeeded, Failed, Running or Pending",
+                        read::escape(other)
+                    ),
+                    ))
+                }
+            };
+            let Some(start) = row.number(scheduled)? else {
+                return Ok(Err(Dropped::NeverRan));
+            };
+            let Some(end) = row.number(deletion)? else {
+                return Ok(Err(Dropped::NoEnd));
+            };
+            if end <= start {
+                return Ok(Err(Dropped::NoRunTime));
+            }
+            let accepts = match spec.map(|s| row.get(s)).filter(|s| !read::missing(s)) {
+                Some(s) => {
+                    let types: Vec<String> = s.split('|').map(|t| t.trim().to_string()).collect();
+                    for t in &types {
+                        read::type_name(t, &row.at(spec.unwrap_or(0)))?;
+                    }
+                    Some(types)
+                }
+                None => None,
+            };
+            Ok(Ok(TraceJob {
+                id: row.get(name).to_string(),
+                family: String::new(),
+                gpus,
+                submit_s: row.number(creation)?.unwrap_or(start),
+                run_s: end - start,
+                ran_on: accepts.as_ref().and_then(|a| a.first().cloned()),
+                accepts,
+                status,
+            }))
+        })()?;
+        out.keep(job);
+    }
+    out.notes.push(
+        "a pod's type is not in the trace: counted as the first type its gpu_spec accepts, else the type with the most GPUs".into(),
+    );
+    Ok(out)
+}
+
+/// `openb_node_list_*.csv`: `sn,cpu_milli,memory_mib,gpu,model`.
+fn read_nodes(text: &str, source: &str) -> Result<Vec<TraceNode>> {
+    let table = Table::parse(text, source, Header::Required)?;
+    let [sn, gpu, model] = table.columns(["sn", "gpu", "model"])?;
+    let mut nodes = Vec::new();
+    for row in table.rows() {
+        let row = row?;
+        let n = row.number(gpu)?.unwrap_or(0.0);
+        if n < 0.0 || n.fract() != 0.0 {
+            return Err(Error::parse(
+                row.at(gpu),
+                format!("`{n}` is not a number of GPUs"),
+            ));
+        }
+        if n == 0.0 {
+            continue;
+        }
+        let t = row.get(model);
+        read::type_name(t, &row.at(model))?;
+        nodes.push(TraceNode {
+            name: row.get(sn).to_string(),
+            gpu_type: t.to_string(),
+            gpus: n as u32,
+        });
+    }
+    Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODES: &str = "sn,cpu_milli,memory_mib,gpu,model
+openb-node-0000,32000,262144,0,
+openb-node-0227,32000,262144,0,nan
+openb-node-0228,128000,786432,8,G3
+openb-node-0229,96000,786432,8,V100M32
+openb-node-0230,96000,786432,2,V100M16
+";
+    /// The upstream README's rows, a CPU pod, a pending one.
+    const PODS: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+openb-pod-0017,88000,327680,8,1000,,Burstable,Succeeded,9437497,10769854,9437497
+openb-pod-0022,4000,15258,1,220,,BE,Running,9679175,9973826,9679175
+openb-pod-0035,16000,32768,1,1000,V100M16|V100M32,LS,Running,9967058,9968575,9967063
+openb-pod-0040,16000,32768,0,0,,LS,Running,9967058,9968575,9967063
+openb-pod-0061,11908,47104,1,1000,,BE,Pending,10001278,10001403,
+";
+
+    #[test]
+    fn the_readme_rows() {
+        let imp = import(PODS, "pods.csv", Some((NODES, "nodes.csv"))).unwrap();
+        assert_eq!(imp.nodes.len(), 3);
+        assert_eq!(imp.default_type, "G3");
+        assert_eq!(imp.jobs.len(), 3);
+        let j = &imp.jobs[1];
+        assert_eq!(
+            (j.gpus, j.run_s, j.status),
+            (0.22, 294_651.0, Status::Running)
+        );
+        let j = &imp.jobs[2];
+        assert_eq!(
+            j.accepts.as_deref(),
+            Some(&["V100M16".to_string(), "V100M32".to_string()][..])
+        );
+        assert_eq!(
+            (j.ran_on.as_deref(), j.run_s, j.submit_s),
+            (Some("V100M16"), 1512.0, 9_967_058.0)
+        );
+        assert_eq!(imp.dropped[&Dropped::NoGpu], 1);
+        assert_eq!(imp.dropped[&Dropped::NeverRan], 1);
+    }
+
+    #[test]
+    fn a_list_without_times_is_refused_with_what_to_do() {
+        let e = import(
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nopenb-pod-0000,12000,16384,1,1000\n",
+            "multigpu50.csv",
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("multigpu50.csv:1") && e.contains("openb_pod_list_default.csv"),
+            "{e}"
+        );
+    }
+}
