@@ -206,6 +206,11 @@ pub struct HadarArgs {
     /// backends do not share GPUs yet.
     #[arg(long, value_name = "GAIN|off", allow_hyphen_values = true, default_value_t = Share(HadarSettings::default().share_min_gain), value_parser = parse_share)]
     pub hadar_share: Share,
+    /// HadarE: add a copy of a job only if it adds at least this much
+    /// progress, in copies' worth under --fork-model (0: wherever a GPU is
+    /// idle, as the paper does).
+    #[arg(long, default_value_t = HadarSettings::default().fork_min_gain, value_name = "GAIN")]
+    pub hadare_min_gain: f64,
 }
 
 /// What the scheduler knows of the rates (docs/algorithm.md, "Throughputs
@@ -286,6 +291,7 @@ impl HadarArgs {
             share_min_gain: self.hadar_share.0,
             makespan_slack: self.hadar_makespan_slack,
             makespan_resolve_s: self.hadar_makespan_resolve,
+            fork_min_gain: self.hadare_min_gain,
             ..HadarSettings::default()
         }
     }

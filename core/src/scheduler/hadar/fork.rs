@@ -1,6 +1,6 @@
 //! HadarE: forking jobs into copies on GPUs left free.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::cluster::{GpuId, GpuTypeId};
 use crate::job::JobId;
@@ -48,7 +48,9 @@ impl HadarScheduler {
         let cluster = w.cluster();
         let mut copies: HashMap<JobId, u32> = HashMap::new();
         let mut next_copy: HashMap<JobId, u32> = HashMap::new();
-        let mut nodes_used: HashMap<JobId, Vec<u32>> = HashMap::new();
+        // The nodes each job's copies are on: a set, as a job may have a copy
+        // on each of a thousand nodes.
+        let mut nodes_used: HashMap<JobId, HashSet<u32>> = HashMap::new();
         for t in tasks.iter() {
             *copies.entry(t.job).or_default() += 1;
             let next = next_copy.entry(t.job).or_insert(1);
@@ -112,7 +114,7 @@ impl HadarScheduler {
                     });
                     *copy += 1;
                     *copies.entry(j).or_default() += 1;
-                    nodes_used.entry(j).or_default().push(node);
+                    nodes_used.entry(j).or_default().insert(node);
                 }
             }
         }
@@ -126,7 +128,7 @@ impl HadarScheduler {
         rotation: &Rotation<'_>,
         slot: Slot,
         copies: &HashMap<JobId, u32>,
-        nodes_used: &HashMap<JobId, Vec<u32>>,
+        nodes_used: &HashMap<JobId, HashSet<u32>>,
     ) -> Option<(JobId, u32, usize)> {
         let order = rotation.order;
         let mut best: Option<(f64, JobId, u32, usize)> = None;
@@ -143,7 +145,8 @@ impl HadarScheduler {
             if k >= 1 && !self.warm.get(j.index()).copied().unwrap_or(true) {
                 continue;
             }
-            if self.fork_curves.curve(j.index()).marginal(k) <= TIE {
+            let gain = self.fork_curves.curve(j.index()).marginal(k);
+            if gain <= TIE || gain < self.settings.fork_min_gain {
                 continue;
             }
             let score = (rotation.score)(j, k);

@@ -40,15 +40,34 @@ fn copies(w: &Workload, model: ForkModel, done: u64) -> Vec<usize> {
     plan_copies(w, model, Utility::Jct, &vec![done; w.jobs().len()])
 }
 
+/// The same with `fork_min_gain` set.
+fn copies_above(w: &Workload, model: ForkModel, min_gain: f64) -> Vec<usize> {
+    let settings = HadarSettings {
+        fork_min_gain: min_gain,
+        ..HadarSettings::default()
+    };
+    plan_copies_with(w, model, Utility::Jct, &vec![0; w.jobs().len()], settings)
+}
+
 /// Copies per job in one round planned by HadarE for `utility`, job `j`
 /// having done `done[j]` steps.
 fn plan_copies(w: &Workload, model: ForkModel, utility: Utility, done: &[u64]) -> Vec<usize> {
+    plan_copies_with(w, model, utility, done, HadarSettings::default())
+}
+
+fn plan_copies_with(
+    w: &Workload,
+    model: ForkModel,
+    utility: Utility,
+    done: &[u64],
+    base: HadarSettings,
+) -> Vec<usize> {
     let settings = HadarSettings {
         fork: true,
         fork_model: model,
         utility,
         share_min_gain: None,
-        ..HadarSettings::default()
+        ..base
     };
     let mut h = HadarScheduler::new("hadare", w, settings).unwrap();
     let mut st = JobsState::new(w);
@@ -121,4 +140,25 @@ fn for_the_makespan_spare_gpus_go_to_the_job_that_ends_last() {
     let done = [1_000, 9_000];
     assert_eq!(plan_copies(&w, model, Utility::Makespan, &done), vec![3, 1]);
     assert_eq!(plan_copies(&w, model, Utility::Jct, &done), vec![2, 2]);
+}
+
+#[test]
+fn a_copy_that_adds_too_little_is_not_made() {
+    // B = B_noise, rho 0.9: the k-th copy adds 0.9 * (2(k+1)/(k+2) - 2k/(k+1))
+    // from the second on: 0.2, 0.15, 0.09, 0.06, 0.043, 0.032, 0.025, ...
+    // At a minimum gain of 0.03, six copies are added to the first: 7 of
+    // the 64 GPUs run the job.
+    let w = workload(&[(32.0, 32.0)], 64);
+    let model = noise_scale(0.9, 0.0);
+    assert_eq!(copies_above(&w, model, 0.03), vec![7]);
+    // At 0 (every gain counts, as the paper does) all 64 run copies.
+    assert_eq!(copies_above(&w, model, 0.0), vec![64]);
+    // A waiting job's first copy adds a whole one: never held back.
+    assert_eq!(copies_above(&w, model, 1.0), vec![1]);
+    let bad = HadarSettings {
+        fork: true,
+        fork_min_gain: 1.5,
+        ..HadarSettings::default()
+    };
+    assert!(HadarScheduler::new("hadare", &w, bad).is_err());
 }

@@ -92,6 +92,12 @@ impl HadarScheduler {
                 "must be >= 1 (inf: admit every job)",
             ));
         }
+        if !(settings.fork_min_gain.is_finite() && (0.0..=1.0).contains(&settings.fork_min_gain)) {
+            return Err(Error::setting(
+                "fork_min_gain",
+                "must be a number from 0 to 1 (copies' worth; 0: a copy on every idle GPU)",
+            ));
+        }
         let fork_curves = ForkCurves::new(settings.fork_model, workload)?;
         let (rates, as_copies) = planning_rates(workload, &settings, &fork_curves);
         let order = settings.order.unwrap_or(match settings.utility {

@@ -63,6 +63,13 @@ pub struct HadarSettings {
     /// the host's loss (as a fraction of its rate alone there) must exceed
     /// this. `None`: no sharing.
     pub share_min_gain: Option<f64>,
+    /// HadarE: a GPU gets another copy of a job only if the copy adds at
+    /// least this much progress, in copies' worth (the fork model's
+    /// marginal gain; a waiting job's first copy adds 1). Under the
+    /// noise-scale model the gain of one more copy falls towards 0: on a
+    /// cluster of a thousand idle nodes every job got a copy on each, for
+    /// a few thousandths of a copy apiece.
+    pub fork_min_gain: f64,
 }
 
 impl Default for HadarSettings {
@@ -83,6 +90,7 @@ impl Default for HadarSettings {
             fork_model: crate::fork_model::ForkModel::default(),
             backfill: true,
             share_min_gain: Some(0.05),
+            fork_min_gain: 0.001,
         }
     }
 }
