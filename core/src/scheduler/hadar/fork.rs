@@ -79,9 +79,20 @@ impl HadarScheduler {
         // No job scores above this: the first that reaches it wins.
         let top = if makespan { f64::INFINITY } else { 1.0 };
         let mut cursor = 0usize;
+        // Jobs (by position in `order`) that can get no copy this round
+        // whatever the slot: copies only add up, so such a job stays out.
+        // When none is left, the rest of the free slots are not looked at.
+        let mut out = vec![false; order.len()];
+        let mut left = order.len();
         for ty in 0..cluster.gpu_types().len() {
+            if left == 0 {
+                break;
+            }
             let nodes: Vec<u32> = self.picker.nodes_of_type(ty).to_vec();
             for node in nodes {
+                if left == 0 {
+                    break;
+                }
                 loop {
                     let free = self.picker.free_on_node(cluster, node as usize, ty);
                     if free.is_empty() {
@@ -98,8 +109,12 @@ impl HadarScheduler {
                         score: &score,
                         top,
                     };
+                    let mut candidates = Candidates {
+                        out: &mut out,
+                        left: &mut left,
+                    };
                     let Some((j, g, step)) =
-                        self.best_copy(w, &rotation, slot, &copies, &nodes_used)
+                        self.best_copy(w, &rotation, slot, &copies, &nodes_used, &mut candidates)
                     else {
                         break;
                     };
@@ -129,24 +144,30 @@ impl HadarScheduler {
         slot: Slot,
         copies: &HashMap<JobId, u32>,
         nodes_used: &HashMap<JobId, HashSet<u32>>,
+        candidates: &mut Candidates<'_>,
     ) -> Option<(JobId, u32, usize)> {
         let order = rotation.order;
         let mut best: Option<(f64, JobId, u32, usize)> = None;
         for step in 0..order.len() {
-            let j = order[(rotation.cursor + step) % order.len()];
-            if nodes_used.get(&j).is_some_and(|n| n.contains(&slot.node)) {
+            let at = (rotation.cursor + step) % order.len();
+            if candidates.out[at] {
                 continue;
             }
-            // `fork = false`: the job runs as its gang or not at all.
-            if !w.jobs()[j.index()].placement.fork {
-                continue;
-            }
+            let j = order[at];
+            // `fork = false`: the job runs as its gang or not at all; no
+            // copy before the warm-up; none that adds too little.
             let k = copies.get(&j).copied().unwrap_or(0);
-            if k >= 1 && !self.warm.get(j.index()).copied().unwrap_or(true) {
+            let gain = self.fork_curves.curve(j.index()).marginal(k);
+            if !w.jobs()[j.index()].placement.fork
+                || (k >= 1 && !self.warm.get(j.index()).copied().unwrap_or(true))
+                || gain <= TIE
+                || gain < self.settings.fork_min_gain
+            {
+                candidates.out[at] = true;
+                *candidates.left -= 1;
                 continue;
             }
-            let gain = self.fork_curves.curve(j.index()).marginal(k);
-            if gain <= TIE || gain < self.settings.fork_min_gain {
+            if nodes_used.get(&j).is_some_and(|n| n.contains(&slot.node)) {
                 continue;
             }
             let score = (rotation.score)(j, k);
@@ -176,6 +197,12 @@ struct Rotation<'a> {
     cursor: usize,
     score: &'a dyn Fn(JobId, u32) -> f64,
     top: f64,
+}
+
+/// Which jobs of the rotation can still get a copy this round.
+struct Candidates<'a> {
+    out: &'a mut [bool],
+    left: &'a mut usize,
 }
 
 /// A node's free GPUs of one type.
