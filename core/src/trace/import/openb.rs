@@ -129,14 +129,8 @@ fn read_nodes(text: &str, source: &str) -> Result<Vec<TraceNode>> {
     let mut nodes = Vec::new();
     for row in table.rows() {
         let row = row?;
-        let n = row.number(gpu)?.unwrap_or(0.0);
-        if n < 0.0 || n.fract() != 0.0 {
-            return Err(Error::parse(
-                row.at(gpu),
-                format!("`{n}` is not a number of GPUs"),
-            ));
-        }
-        if n == 0.0 {
+        let n = row.gpus(gpu)?;
+        if n == 0 {
             continue;
         }
         let t = row.get(model);
@@ -144,7 +138,7 @@ fn read_nodes(text: &str, source: &str) -> Result<Vec<TraceNode>> {
         nodes.push(TraceNode {
             name: row.get(sn).to_string(),
             gpu_type: t.to_string(),
-            gpus: n as u32,
+            gpus: n,
         });
     }
     Ok(nodes)

@@ -212,21 +212,15 @@ fn read_machines(text: &str, source: &str) -> Result<Vec<TraceNode>> {
     let mut nodes = Vec::new();
     for row in Table::parse(text, source, Header::Absent(MACHINE_COLUMNS))?.rows() {
         let row = row?;
-        let n = row.number(4)?.unwrap_or(0.0);
-        if n < 0.0 || n.fract() != 0.0 {
-            return Err(Error::parse(
-                row.at(4),
-                format!("`{n}` is not a number of GPUs"),
-            ));
-        }
-        if n == 0.0 {
+        let n = row.gpus(4)?;
+        if n == 0 {
             continue;
         }
         read::type_name(row.get(1), &row.at(1))?;
         nodes.push(TraceNode {
             name: row.get(0).to_string(),
             gpu_type: row.get(1).to_string(),
-            gpus: n as u32,
+            gpus: n,
         });
     }
     Ok(nodes)

@@ -180,13 +180,7 @@ fn read_machines(text: &str, source: &str) -> Result<Vec<TraceNode>> {
     let mut nodes = Vec::new();
     for row in table.rows() {
         let row = row?;
-        let n = row.number(gpus)?.unwrap_or(0.0);
-        if n.fract() != 0.0 || n < 0.0 {
-            return Err(Error::parse(
-                row.at(gpus),
-                format!("`{n}` is not a number of GPUs"),
-            ));
-        }
+        let n = row.gpus(gpus)?;
         let m = row.get(mem);
         let gb = m.trim_end_matches("GB").trim();
         if gb.is_empty() || !gb.bytes().all(|b| b.is_ascii_digit()) {
@@ -198,7 +192,7 @@ fn read_machines(text: &str, source: &str) -> Result<Vec<TraceNode>> {
         nodes.push(TraceNode {
             name: row.get(id).to_string(),
             gpu_type: format!("gpu-{gb}gb"),
-            gpus: n as u32,
+            gpus: n,
         });
     }
     Ok(nodes)

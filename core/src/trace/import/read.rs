@@ -165,6 +165,18 @@ impl Row {
         number(self.get(i), &self.at(i))
     }
 
+    /// Column `i` as a machine's number of GPUs (missing: 0).
+    pub(super) fn gpus(&self, i: usize) -> Result<u32> {
+        let n = self.number(i)?.unwrap_or(0.0);
+        if n < 0.0 || n.fract() != 0.0 || n > f64::from(u32::MAX) {
+            return Err(Error::parse(
+                self.at(i),
+                format!("`{n}` is not a number of GPUs"),
+            ));
+        }
+        Ok(n as u32)
+    }
+
     /// Column `i` as a time stamp ([`super::time::seconds`]); `None` when missing.
     pub(super) fn time(&self, i: usize) -> Result<Option<f64>> {
         time(self.get(i), &self.at(i))
