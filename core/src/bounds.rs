@@ -262,8 +262,9 @@ pub fn forked_makespan_lower_bound(workload: &Workload, model: ForkModel) -> Res
     Ok(solution.value(t_end) * UNIT_S)
 }
 
-/// The most envelope lines a job keeps in the forked-job bound.
-const ENVELOPE_LINES: usize = 12;
+/// The most envelope lines a job keeps in the forked-job bound: a cluster
+/// of up to this many nodes keeps them all.
+const ENVELOPE_LINES: usize = 24;
 
 /// At most `max` of `lines`: the first, the last, and lines spread
 /// geometrically between (the envelope bends most at few copies).

@@ -128,8 +128,10 @@ pub struct CommonArgs {
     /// as any other (1). Name every type you will simulate on.
     #[arg(long, value_name = "TYPE=S,...")]
     speed: Vec<String>,
-    /// Speeds per model family: a CSV `family,gpu_type,speed` (family `*`:
-    /// every family); read before --speed, which wins for every family.
+    /// Speeds per model family: a CSV with the header line
+    /// `family,gpu_type,speed` (family `*`: every family; `#` comments). A
+    /// family's own line wins over `*` and over --speed, which wins over
+    /// the file's `*` lines.
     #[arg(long, value_name = "FILE")]
     speeds: Option<PathBuf>,
     /// The GPU type of a job whose trace does not say where it ran
@@ -226,7 +228,10 @@ fn finish(imported: Imported, args: &CommonArgs) -> Result<(), CliError> {
         speeds.parse_csv(&read(path)?, &path.display().to_string())?;
     }
     for s in &args.speed {
-        speeds.parse_arg(s)?;
+        // A malformed value on the command line is a usage error (exit 2).
+        speeds
+            .parse_arg(s)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
     }
     if let Some(t) = &args.ran_on {
         if t.is_empty()
@@ -330,7 +335,11 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
         "  ran on     {}{assumed}",
         list(s.ran_on.iter().map(|(t, n)| format!("{t} {n}")).collect())
     );
-    let _ = writeln!(o, "  limits     {} jobs accept only some types; {} asked for a share of a GPU (each gets a whole one)", s.constrained, s.fractional);
+    let _ = writeln!(
+        o,
+        "  limits     type constraints: {} jobs; GPU shares: {} jobs (each gets a whole GPU)",
+        s.constrained, s.fractional
+    );
     let _ = writeln!(
         o,
         "  span       {:.1} days of arrivals; {:.0} GPU-hours held",
@@ -381,14 +390,10 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
     let cluster = if has_cluster {
         q(dir.join("cluster.toml"))
     } else {
-        // The GPUs the trace kept busy on average, in nodes of 8, and at least its largest gang.
-        let busy = if s.span_s > 0.0 {
-            s.gpu_hours * 3600.0 / s.span_s
-        } else {
-            0.0
-        };
-        let gpus = (busy.max(f64::from(s.largest_gang)) / 8.0).ceil().max(1.0) as u64 * 8;
-        format!("{}={gpus} --gpus-per-node 8", s.default_type)
+        format!(
+            "{} --gpus-per-node 8",
+            s.suggested_cluster.as_deref().unwrap_or("gpu=8")
+        )
     };
     let _ = writeln!(o, "\nwrote {}", q(dir.to_path_buf()));
     let _ = writeln!(
@@ -398,7 +403,7 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
         q(dir.join("throughputs.csv"))
     );
     if !has_cluster {
-        o.push_str("  (the trace has no machine list: that cluster holds the GPUs its jobs kept busy on average; use your own)\n");
+        o.push_str("  (the trace has no machine list: that cluster holds, of each type, the most GPUs its jobs held at once\n   had each started at its submission, so nothing would wait; give your own to see queueing)\n");
     }
     o
 }

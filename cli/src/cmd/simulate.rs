@@ -207,8 +207,9 @@ pub struct HadarArgs {
     #[arg(long, value_name = "GAIN|off", allow_hyphen_values = true, default_value_t = Share(HadarSettings::default().share_min_gain), value_parser = parse_share)]
     pub hadar_share: Share,
     /// HadarE: add a copy of a job only if it adds at least this much
-    /// progress, in copies' worth under --fork-model (0: wherever a GPU is
-    /// idle, as the paper does).
+    /// progress, in copies' worth under --fork-model (0: every copy that
+    /// gains at all; under `constant:1.0` that is every idle GPU, as the
+    /// paper does).
     #[arg(long, default_value_t = HadarSettings::default().fork_min_gain, value_name = "GAIN")]
     pub hadare_min_gain: f64,
 }

@@ -68,7 +68,8 @@ pub fn print(
                 u.fmt(f)
             ),
             (Some(lb), None) => format!("makespan >= {} {n} (LP, gangs, without GPU sharing); ", u.fmt(lb)),
-            (None, _) => String::new(),
+            (None, Some(f)) => format!("makespan >= {} {n} (forked jobs, without GPU sharing); ", u.fmt(f)),
+            (None, None) => String::new(),
         };
         // The forked-job JCT bound is for HadarE's runs: shown beside them only.
         let forked_jct = if results.iter().any(|r| {

@@ -80,7 +80,10 @@ impl HadarScheduler {
         let top = if makespan { f64::INFINITY } else { 1.0 };
         let mut cursor = 0usize;
         // Jobs (by position in `order`) that can get no copy this round
-        // whatever the slot: copies only add up, so such a job stays out.
+        // whatever the slot: why (fork off, before the warm-up, its next
+        // copy's gain too small) depends on the job and its copy count
+        // alone, and that count changes only when the job gets a copy,
+        // which it then never does.
         // When none is left, the rest of the free slots are not looked at.
         let mut out = vec![false; order.len()];
         let mut left = order.len();

@@ -94,8 +94,8 @@ impl HadarScheduler {
         }
         if !(settings.fork_min_gain.is_finite() && (0.0..=1.0).contains(&settings.fork_min_gain)) {
             return Err(Error::setting(
-                "fork_min_gain",
-                "must be a number from 0 to 1 (copies' worth; 0: a copy on every idle GPU)",
+                "--hadare-min-gain (fork_min_gain)",
+                "must be a number from 0 to 1 (copies' worth; 0: every copy that gains at all)",
             ));
         }
         let fork_curves = ForkCurves::new(settings.fork_model, workload)?;

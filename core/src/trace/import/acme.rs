@@ -18,9 +18,6 @@ pub const DEFAULT_TYPE: &str = "a100";
 pub fn import(text: &str, source: &str) -> Result<Imported> {
     let mut out = Imported::new("acme", DEFAULT_TYPE);
     super::slurm_log::import(text, source, &mut out, Some("type"))?;
-    out.notes.push(
-        "the trace has no machine list: simulate on a cluster of your own (e.g. --cluster a100=2048 --gpus-per-node 8)".into(),
-    );
     Ok(out)
 }
 

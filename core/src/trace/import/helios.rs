@@ -17,9 +17,6 @@ pub const DEFAULT_TYPE: &str = "v100";
 pub fn import(text: &str, source: &str) -> Result<Imported> {
     let mut out = Imported::new("helios", DEFAULT_TYPE);
     super::slurm_log::import(text, source, &mut out, None)?;
-    out.notes.push(
-        "the trace has no machine list: simulate on a cluster of your own (e.g. --cluster v100=1024 --gpus-per-node 8)".into(),
-    );
     Ok(out)
 }
 

@@ -202,6 +202,13 @@ impl Speeds {
             .copied()
     }
 
+    /// Every family with speeds of its own.
+    pub fn families(&self) -> impl Iterator<Item = &str> {
+        let set: std::collections::BTreeSet<&str> =
+            self.by_family.keys().map(|(f, _)| f.as_str()).collect();
+        set.into_iter()
+    }
+
     /// Every type named.
     pub fn types(&self) -> impl Iterator<Item = &str> {
         self.by_type
@@ -237,7 +244,19 @@ impl Speeds {
             let gpu_type = row.get(ty);
             read::type_name(gpu_type, &row.at(ty))?;
             let s = read::speed(row.get(speed), &row.at(speed))?;
-            self.set(row.get(family), gpu_type, s);
+            // Families are cleaned as the importers clean them (`Multi Modal`
+            // is the job's `Multi_Modal`).
+            let f = row.get(family);
+            self.set(
+                if f == "*" {
+                    f.to_string()
+                } else {
+                    read::clean(f)
+                }
+                .as_str(),
+                gpu_type,
+                s,
+            );
         }
         Ok(())
     }

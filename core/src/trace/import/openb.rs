@@ -37,21 +37,21 @@ pub fn import(pods: &str, source: &str, nodes: Option<(&str, &str)>) -> Result<I
         }
     }
     let table = Table::parse(pods, source, Header::Required)?;
-    let [name, num_gpu, milli, phase, scheduled, deletion] = table
-        .columns([
-            "name",
-            "num_gpu",
-            "gpu_milli",
-            "pod_phase",
-            "scheduled_time",
-            "deletion_time",
-        ])
-        .map_err(|e| {
-            Error::parse(
-                crate::error::Location::new(source).line(1),
-                format!("{e}; the sampled lists with no times (openb_pod_list_multigpu50.csv and the like) cannot be simulated: import openb_pod_list_default.csv or one with times"),
-            )
-        })?;
+    let times = ["scheduled_time", "deletion_time", "creation_time"];
+    if times.iter().any(|t| table.optional(t).is_none()) {
+        return Err(Error::parse(
+            crate::error::Location::new(source).line(1),
+            "no scheduled_time, deletion_time or creation_time column: a sampled pod list without times (openb_pod_list_multigpu50.csv and the like) cannot be simulated; import openb_pod_list_default.csv or another with times (a node list goes to --nodes)",
+        ));
+    }
+    let [name, num_gpu, milli, phase, scheduled, deletion] = table.columns([
+        "name",
+        "num_gpu",
+        "gpu_milli",
+        "pod_phase",
+        "scheduled_time",
+        "deletion_time",
+    ])?;
     let creation = table.columns(["creation_time"])?[0];
     let spec = table.optional("gpu_spec");
     for row in table.rows() {

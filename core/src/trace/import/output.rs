@@ -10,6 +10,11 @@ use crate::error::{Error, Result};
 use crate::job::{Job, JobId, Launch};
 use crate::throughput::ThroughputTable;
 
+/// More GPUs than any job asks for, and longer than any job runs: a
+/// larger figure is a corrupt field (it would overflow the trace's counts).
+const MAX_JOB_GPUS: f64 = 100_000.0;
+const MAX_RUN_S: f64 = 10.0 * 365.0 * 86_400.0;
+
 /// An import's three files and its summary.
 #[derive(Debug, Clone)]
 pub struct Converted {
@@ -63,6 +68,11 @@ pub struct ImportSummary {
     pub cluster_nodes: usize,
     /// What the importer assumed or noticed.
     pub notes: Vec<String>,
+    /// For a trace without a machine list: a cluster (`TYPE=N,...`, nodes of
+    /// 8) with, of each type the jobs ran on, the most GPUs they held at
+    /// once had each run from its submission: the size at which no job
+    /// would wait.
+    pub suggested_cluster: Option<String>,
 }
 
 /// A GPU type of an import and its relative speed.
@@ -96,16 +106,22 @@ impl Imported {
             }
         }
         if self.jobs.is_empty() {
-            return Err(Error::inconsistent(
-                crate::error::Location::new(self.format),
-                format!(
-                    "no job left to write (of {jobs_read} read: {}); a trace of jobs that used GPUs is needed",
-                    self.dropped
-                        .iter()
-                        .map(|(d, n)| format!("{n} {}", d.reason()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+            let why: Vec<String> = self
+                .dropped
+                .iter()
+                .map(|(d, n)| format!("{n} {}", d.reason()))
+                .collect();
+            return Err(Error::parse(
+                crate::error::Location::new(format!("the {} trace", self.format)),
+                if jobs_read == 0 {
+                    "it has no job rows; give the file of jobs, not of machines or a header alone"
+                        .to_string()
+                } else {
+                    format!(
+                        "no job left to write: of {jobs_read} read, {}; a simulation needs jobs that used GPUs and ran",
+                        why.join(", ")
+                    )
+                },
             ));
         }
         let default_type = options
@@ -127,6 +143,17 @@ impl Imported {
                     format!(
                         "the speed of {ran_on} is 0 for family `{family}`, yet job {} of the trace ran on it; give it a speed above 0",
                         read::escape(&tj.id)
+                    ),
+                ));
+            }
+            if !(tj.gpus <= MAX_JOB_GPUS && tj.run_s <= MAX_RUN_S) {
+                return Err(Error::parse(
+                    crate::error::Location::new(format!("the {} trace", self.format)),
+                    format!(
+                        "job {} asks for {} GPUs for {} s: beyond any real job ({MAX_JOB_GPUS} GPUs, ten years); the trace is corrupt there",
+                        read::escape(&tj.id),
+                        tj.gpus,
+                        tj.run_s
                     ),
                 ));
             }
@@ -153,7 +180,12 @@ impl Imported {
             });
         }
         let table = rate_table(&kinds, &types, &options.speeds);
-        summary.check_fit();
+        summary.check_fit(&self.jobs);
+        summary.suggested_cluster = self
+            .nodes
+            .is_empty()
+            .then(|| self.suggest_cluster(&default_type));
+        self.check_speeds(options, &types, &mut summary.notes);
         Ok(Converted {
             trace: crate::trace::write_trace(&jobs),
             throughputs: table.to_csv(),
@@ -249,6 +281,65 @@ impl Imported {
             cluster_nodes: self.nodes.iter().filter(|n| n.gpus > 0).count(),
             cluster_gpus,
             notes,
+            suggested_cluster: None,
+        }
+    }
+
+    /// The most GPUs of each type the jobs held at once, each run from its
+    /// submission, in nodes of 8: `TYPE=N,...`.
+    fn suggest_cluster(&self, default_type: &str) -> String {
+        let mut events: BTreeMap<&str, Vec<(f64, i64)>> = BTreeMap::new();
+        for j in &self.jobs {
+            let ty = j.ran_on.as_deref().unwrap_or(default_type);
+            let gang = (j.gpus - 1e-9).ceil().max(1.0) as i64;
+            let e = events.entry(ty).or_default();
+            e.push((j.submit_s, gang));
+            e.push((j.submit_s + j.run_s, -gang));
+        }
+        let parts: Vec<String> = events
+            .into_iter()
+            .map(|(ty, mut e)| {
+                // Ends before starts at the same instant.
+                e.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let (mut now, mut peak) = (0i64, 0i64);
+                for (_, d) in e {
+                    now += d;
+                    peak = peak.max(now);
+                }
+                format!("{ty}={}", (peak.max(1) as u64).div_ceil(8) * 8)
+            })
+            .collect();
+        parts.join(",")
+    }
+
+    /// Notes speeds given for types or families the trace does not have
+    /// (a typo: `g2` for `G2`), which the import would take silently.
+    fn check_speeds(&self, options: &ImportOptions, types: &[TypeSpeed], notes: &mut Vec<String>) {
+        let seen: BTreeSet<String> = self
+            .jobs
+            .iter()
+            .flat_map(|j| j.ran_on.iter().chain(j.accepts.iter().flatten()).cloned())
+            .chain(self.nodes.iter().map(|n| n.gpu_type.clone()))
+            .chain(std::iter::once(self.default_type.clone()))
+            .collect();
+        for t in types
+            .iter()
+            .filter(|t| !t.assumed && !seen.contains(&t.gpu_type))
+        {
+            let like = seen.iter().find(|s| s.eq_ignore_ascii_case(&t.gpu_type));
+            notes.push(match like {
+                Some(s) => format!("a speed is given for {}, which the trace does not have: did you mean {s}?", t.gpu_type),
+                None => format!("a speed is given for {}, which the trace does not have: fine for a cluster of your own that has it", t.gpu_type),
+            });
+        }
+        let families: BTreeSet<String> = self.jobs.iter().map(|j| self.family(j)).collect();
+        for f in options.speeds.families() {
+            if !families.contains(f) {
+                notes.push(format!(
+                    "speeds are given for family `{}`, which no job of the trace has",
+                    read::escape(f)
+                ));
+            }
         }
     }
 
@@ -296,17 +387,26 @@ impl ImportSummary {
         self.largest_gang = self.largest_gang.max(gang);
     }
 
-    /// Notes a gang larger than the machine list's GPUs.
-    fn check_fit(&mut self) {
+    /// Notes the jobs the machine list cannot hold: a gang larger than its
+    /// GPUs of the types the job accepts.
+    fn check_fit(&mut self, jobs: &[TraceJob]) {
+        if self.cluster_gpus.is_empty() {
+            return;
+        }
         let total: u64 = self.cluster_gpus.values().sum();
-        if total > 0 && u64::from(self.largest_gang) > total {
-            let n = self
-                .gangs
-                .range(total as u32 + 1..)
-                .map(|(_, n)| n)
-                .sum::<usize>();
+        let n = jobs
+            .iter()
+            .filter(|j| {
+                let room: u64 = match &j.accepts {
+                    Some(a) => a.iter().filter_map(|t| self.cluster_gpus.get(t)).sum(),
+                    None => total,
+                };
+                (j.gpus - 1e-9).ceil().max(1.0) > room as f64
+            })
+            .count();
+        if n > 0 {
             self.notes.push(format!(
-                "{n} jobs ask for more GPUs than the machine list has ({total}); they cannot run on its cluster"
+                "{n} jobs ask for more GPUs of the types they accept than the machine list has: `hadar simulate` refuses them on its cluster"
             ));
         }
     }

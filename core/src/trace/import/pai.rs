@@ -67,6 +67,9 @@ struct Acc {
     end: Option<f64>,
     ran_on: Option<(f64, String)>,
     tasks: usize,
+    /// A task with GPUs that has no end yet: the job still ran when the
+    /// trace was taken, and its tasks' latest end is not its end.
+    unended: bool,
 }
 
 /// Reads the tables.
@@ -135,7 +138,10 @@ fn read_tasks(
         no_plan += usize::from(plan.is_none());
         let gpus = inst * plan.unwrap_or(0.0) / 100.0;
         if gpus < 0.0 {
-            return Err(Error::parse(row.at(8), format!("{gpus} GPUs")));
+            return Err(Error::parse(
+                row.at(8),
+                format!("inst_num x plan_gpu / 100 is {gpus} GPUs; expected numbers of at least 0"),
+            ));
         }
         let acc = &mut jobs[i];
         acc.tasks += 1;
@@ -143,8 +149,9 @@ fn read_tasks(
         if let Some(s) = seconds(&row, 4)? {
             acc.start = Some(acc.start.map_or(s, |a: f64| a.min(s)));
         }
-        if let Some(e) = seconds(&row, 5)? {
-            acc.end = Some(acc.end.map_or(e, |a: f64| a.max(e)));
+        match seconds(&row, 5)? {
+            Some(e) => acc.end = Some(acc.end.map_or(e, |a: f64| a.max(e))),
+            None => acc.unended |= gpus > 0.0,
         }
         let ty = row.get(9);
         if gpus > 0.0 && !read::missing(ty) {
@@ -184,7 +191,7 @@ fn one_job(
     let Some(start) = acc.start else {
         return Ok(Err(Dropped::NeverRan));
     };
-    let Some(end) = acc.end else {
+    let Some(end) = acc.end.filter(|_| !acc.unended) else {
         return Ok(Err(Dropped::NoEnd));
     };
     if end <= start {
@@ -259,11 +266,14 @@ mod tests {
 j3,i3,u1,Failed,100.0,900.0
 j4,i4,u1,Waiting,200.0,0.0
 j5,i5,u1,Terminated,300.0,400.0
+j6,i6,u1,Running,600.0,
 ";
     const TASKS: &str = "4f057009a5d481acec67b088,tensorflow,1.0,Terminated,1739162.0,1739200.0,600.0,29.296875,50.0,MISC
 j3,ps,1.0,Failed,110.0,700.0,600.0,29.0,0.0,
 j3,worker,2.0,Failed,120.0,800.0,600.0,29.0,50.0,V100
 j5,worker,1.0,Terminated,310.0,390.0,600.0,29.0,,
+j6,ps,1.0,Terminated,610.0,690.0,600.0,29.0,100.0,T4
+j6,worker,1.0,Running,610.0,,600.0,29.0,100.0,T4
 j9,worker,1.0,Terminated,310.0,390.0,600.0,29.0,100.0,T4
 ";
     const TAGS: &str = "i3,u1,V100,g1,bert\n";

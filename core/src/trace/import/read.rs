@@ -5,6 +5,9 @@ use std::rc::Rc;
 
 use crate::error::{Error, Location, Result};
 
+/// More GPUs than any machine has: a larger count is a corrupt field.
+const MAX_GPUS_PER_NODE: f64 = 1024.0;
+
 /// Whether a table starts with a header line.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Header {
@@ -42,6 +45,8 @@ pub(super) struct Row {
 
 impl<'a> Table<'a> {
     pub(super) fn parse(text: &'a str, source: &str, header: Header) -> Result<Self> {
+        // A file saved by a spreadsheet may start with a byte order mark.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(matches!(header, Header::Required))
             .trim(csv::Trim::All)
@@ -96,7 +101,7 @@ impl<'a> Table<'a> {
                         .map(|m| format!("`{m}`"))
                         .collect::<Vec<_>>()
                         .join(", "),
-                    self.header.join(",")
+                    escape(&self.header.join(","))
                 ),
             ))
         }
@@ -168,10 +173,12 @@ impl Row {
     /// Column `i` as a machine's number of GPUs (missing: 0).
     pub(super) fn gpus(&self, i: usize) -> Result<u32> {
         let n = self.number(i)?.unwrap_or(0.0);
-        if n < 0.0 || n.fract() != 0.0 || n > f64::from(u32::MAX) {
+        if n < 0.0 || n.fract() != 0.0 || n > MAX_GPUS_PER_NODE {
             return Err(Error::parse(
                 self.at(i),
-                format!("`{n}` is not a number of GPUs"),
+                format!(
+                    "`{n}` is not a machine's number of GPUs (a whole number from 0 to {MAX_GPUS_PER_NODE})"
+                ),
             ));
         }
         Ok(n as u32)
@@ -254,7 +261,7 @@ pub(super) fn type_name(s: &str, at: &Location) -> Result<()> {
 }
 
 /// A name from a trace made safe for the files an import writes: letters,
-/// digits and `_-.:/|[]` kept, anything else (tabs, newlines, commas,
+/// digits and `_-.:/|` kept, anything else (tabs, newlines, commas,
 /// quotes, spaces, control characters) turned into `_`.
 pub(super) fn clean(s: &str) -> String {
     s.chars()

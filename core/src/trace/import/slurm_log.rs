@@ -31,7 +31,10 @@ pub(super) fn import(
         let job = (|| -> Result<std::result::Result<TraceJob, Dropped>> {
             let n = row.number(gpus)?.unwrap_or(0.0);
             if n < 0.0 {
-                return Err(Error::parse(row.at(gpus), format!("{n} GPUs")));
+                return Err(Error::parse(
+                    row.at(gpus),
+                    format!("{n} GPUs; expected a number of at least 0"),
+                ));
             }
             if n == 0.0 {
                 return Ok(Err(Dropped::NoGpu));
@@ -67,6 +70,7 @@ fn status(s: &str, at: &crate::error::Location) -> Result<Status> {
     match s.split_whitespace().next().unwrap_or("") {
         "COMPLETED" => Ok(Status::Completed),
         "CANCELLED" => Ok(Status::Killed),
+        // SUSPENDED: one job of Helios's Uranus ended so.
         "FAILED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY" | "PREEMPTED" | "SUSPENDED" => {
             Ok(Status::Failed)
         }

@@ -23,7 +23,7 @@ pub fn seconds(text: &str) -> Option<f64> {
     let year: i64 = number(d.next()?, 4)?;
     let month: i64 = number(d.next()?, 2)?;
     let day: i64 = number(d.next()?, 2)?;
-    if d.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+    if d.next().is_some() || !(1..=12).contains(&month) || day < 1 || day > days_in(year, month) {
         return None;
     }
     let (hms, fraction) = match clock.split_once('.') {
@@ -56,6 +56,9 @@ fn split_offset(rest: &str) -> Option<(&str, i64)> {
             let (h, m) = off[1..].split_once(':').unwrap_or((&off[1..], "00"));
             let h: i64 = number(h, 2)?;
             let m: i64 = number(m, 2)?;
+            if h > 14 || m > 59 {
+                return None;
+            }
             Some((clock, sign * (h * 3600 + m * 60)))
         }
         None => Some((rest, 0)),
@@ -66,6 +69,15 @@ fn number(s: &str, digits: usize) -> Option<i64> {
     (s.len() == digits && s.bytes().all(|b| b.is_ascii_digit()))
         .then(|| s.parse().ok())
         .flatten()
+}
+
+fn days_in(year: i64, month: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
 }
 
 /// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's
