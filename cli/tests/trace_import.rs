@@ -151,11 +151,23 @@ p3,11908,47104,1,1000,,BE,Pending,300,400,
     // constrained pods need; a speed given for a type the trace lacks,
     // differing only in case, is pointed out.
     let dir = tempfile::tempdir().expect("tmp");
-    let pods = write(dir.path(), "pods.csv", &std::fs::read_to_string(&pods).expect("pods"));
-    let s = import_then_simulate(dir.path(), &["openb", "--pods", &pods, "--speed", "v100m32=1"], "hadar,fifo_perf");
+    let pods = write(
+        dir.path(),
+        "pods.csv",
+        &std::fs::read_to_string(&pods).expect("pods"),
+    );
+    let s = import_then_simulate(
+        dir.path(),
+        &["openb", "--pods", &pods, "--speed", "v100m32=1"],
+        "hadar,fifo_perf",
+    );
     let notes = s["notes"].to_string();
     assert!(notes.contains("did you mean V100M32?"), "{notes}");
-    assert_eq!(s["suggested_cluster"].as_str(), Some("G2=16,V100M32=8"), "{s}");
+    assert_eq!(
+        s["suggested_cluster"].as_str(),
+        Some("G2=16,V100M32=8"),
+        "{s}"
+    );
 }
 
 #[test]
