@@ -321,6 +321,7 @@ impl Imported {
             .flat_map(|j| j.ran_on.iter().chain(j.accepts.iter().flatten()).cloned())
             .chain(self.nodes.iter().map(|n| n.gpu_type.clone()))
             .chain(std::iter::once(self.default_type.clone()))
+            .chain(options.ran_on.iter().cloned())
             .collect();
         for t in types
             .iter()
