@@ -446,7 +446,9 @@ fn to_u16(i: usize) -> u16 {
     u16::try_from(i).unwrap_or(u16::MAX)
 }
 
-fn validate_type_name(ty: &str, location: &Location) -> Result<()> {
+/// Checks a GPU type name as cluster files, tables and trace imports take
+/// them: letters, digits, `_`, `-` and `.`.
+pub fn validate_type_name(ty: &str, location: &Location) -> Result<()> {
     let ok = !ty.is_empty()
         && ty
             .chars()
@@ -457,7 +459,8 @@ fn validate_type_name(ty: &str, location: &Location) -> Result<()> {
         Err(Error::parse(
             location.clone(),
             format!(
-                "`{ty}` is not a GPU type name; use letters, digits, `_`, `-` or `.` (e.g. v100)"
+                "`{}` is not a GPU type name; use letters, digits, `_`, `-` or `.` (e.g. v100)",
+                ty.chars().flat_map(char::escape_debug).collect::<String>()
             ),
         ))
     }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use hadar_core::error::read_to_string;
+use hadar_core::error::{read_to_string, Location};
 use hadar_core::trace::import::{
     self, pai::PaiFiles, ImportOptions, ImportSummary, Imported, Speeds,
 };
@@ -159,14 +159,8 @@ pub fn run(cmd: ImportCommand) -> Result<(), CliError> {
             machines,
             common,
         } => {
-            let log_text = read(&log)?;
-            let m = machines.as_deref().map(read).transpose()?;
-            let m_src = machines.as_ref().map(|p| p.display().to_string());
-            let imp = import::philly::import(
-                &log_text,
-                &log.display().to_string(),
-                m.as_deref().zip(m_src.as_deref()),
-            )?;
+            let (log, machines) = (read(&log)?, read_optional(machines.as_deref())?);
+            let imp = import::philly::import(&log.0, &log.1, as_strs(&machines))?;
             (imp, common)
         }
         ImportCommand::Pai {
@@ -176,17 +170,14 @@ pub fn run(cmd: ImportCommand) -> Result<(), CliError> {
             group_tags,
             common,
         } => {
-            let (j, t) = (read(&jobs)?, read(&tasks)?);
-            let m = machines.as_deref().map(read).transpose()?;
-            let g = group_tags.as_deref().map(read).transpose()?;
-            let names = [&jobs, &tasks].map(|p| p.display().to_string());
-            let m_src = machines.as_ref().map(|p| p.display().to_string());
-            let g_src = group_tags.as_ref().map(|p| p.display().to_string());
+            let (jobs, tasks) = (read(&jobs)?, read(&tasks)?);
+            let machines = read_optional(machines.as_deref())?;
+            let group_tags = read_optional(group_tags.as_deref())?;
             let imp = import::pai::import(PaiFiles {
-                jobs: (&j, &names[0]),
-                tasks: (&t, &names[1]),
-                machines: m.as_deref().zip(m_src.as_deref()),
-                group_tags: g.as_deref().zip(g_src.as_deref()),
+                jobs: (&jobs.0, &jobs.1),
+                tasks: (&tasks.0, &tasks.1),
+                machines: as_strs(&machines),
+                group_tags: as_strs(&group_tags),
             })?;
             (imp, common)
         }
@@ -195,37 +186,42 @@ pub fn run(cmd: ImportCommand) -> Result<(), CliError> {
             nodes,
             common,
         } => {
-            let p = read(&pods)?;
-            let n = nodes.as_deref().map(read).transpose()?;
-            let n_src = nodes.as_ref().map(|p| p.display().to_string());
-            let imp = import::openb::import(
-                &p,
-                &pods.display().to_string(),
-                n.as_deref().zip(n_src.as_deref()),
-            )?;
+            let (pods, nodes) = (read(&pods)?, read_optional(nodes.as_deref())?);
+            let imp = import::openb::import(&pods.0, &pods.1, as_strs(&nodes))?;
             (imp, common)
         }
-        ImportCommand::Helios { log, common } => (
-            import::helios::import(&read(&log)?, &log.display().to_string())?,
-            common,
-        ),
-        ImportCommand::Acme { log, common } => (
-            import::acme::import(&read(&log)?, &log.display().to_string())?,
-            common,
-        ),
+        ImportCommand::Helios { log, common } => {
+            let log = read(&log)?;
+            (import::helios::import(&log.0, &log.1)?, common)
+        }
+        ImportCommand::Acme { log, common } => {
+            let log = read(&log)?;
+            (import::acme::import(&log.0, &log.1)?, common)
+        }
     };
     finish(imported, &common)
 }
 
-fn read(path: &Path) -> Result<String, CliError> {
-    Ok(read_to_string(path)?)
+/// A file's text and the name its errors give it.
+fn read(path: &Path) -> Result<(String, String), CliError> {
+    Ok((read_to_string(path)?, path.display().to_string()))
+}
+
+fn read_optional(path: Option<&Path>) -> Result<Option<(String, String)>, CliError> {
+    path.map(read).transpose()
+}
+
+fn as_strs(file: &Option<(String, String)>) -> Option<(&str, &str)> {
+    file.as_ref()
+        .map(|(text, name)| (text.as_str(), name.as_str()))
 }
 
 /// Converts, writes the files, and prints the summary.
 fn finish(imported: Imported, args: &CommonArgs) -> Result<(), CliError> {
     let mut speeds = Speeds::default();
     if let Some(path) = &args.speeds {
-        speeds.parse_csv(&read(path)?, &path.display().to_string())?;
+        let (text, name) = read(path)?;
+        speeds.parse_csv(&text, &name)?;
     }
     for s in &args.speed {
         // A malformed value on the command line is a usage error (exit 2).
@@ -234,16 +230,9 @@ fn finish(imported: Imported, args: &CommonArgs) -> Result<(), CliError> {
             .map_err(|e| CliError::Usage(e.to_string()))?;
     }
     if let Some(t) = &args.ran_on {
-        if t.is_empty()
-            || !t
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        {
-            return Err(CliError::Usage(format!(
-                "--ran-on `{}` is not a GPU type name; use letters, digits, `_`, `-` and `.`",
-                escape(t)
-            )));
-        }
+        // A malformed value on the command line is a usage error (exit 2).
+        hadar_core::cluster::validate_type_name(t, &Location::new("--ran-on"))
+            .map_err(|e| CliError::Usage(e.to_string()))?;
     }
     let options = ImportOptions {
         completed_only: args.completed_only,

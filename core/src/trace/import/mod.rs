@@ -80,6 +80,18 @@ pub struct TraceJob {
     pub status: Status,
 }
 
+impl TraceJob {
+    /// Its gang: the GPUs it asked for, a share of one rounded up to a whole GPU.
+    pub fn gang(&self) -> u32 {
+        (self.gpus - 1e-9).ceil().max(1.0) as u32
+    }
+
+    /// Whether it asked for a fraction of a GPU (more than a whole number).
+    pub fn is_share(&self) -> bool {
+        self.gpus.fract() > 1e-9
+    }
+}
+
 /// A machine of a trace's machine list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceNode {

@@ -157,7 +157,7 @@ impl Imported {
                     ),
                 ));
             }
-            let gang = (tj.gpus - 1e-9).ceil().max(1.0) as u32;
+            let gang = tj.gang();
             let job_type = kind_name(&family, tj.accepts.as_deref());
             kinds
                 .entry((job_type.clone(), gang))
@@ -291,7 +291,7 @@ impl Imported {
         let mut events: BTreeMap<&str, Vec<(f64, i64)>> = BTreeMap::new();
         for j in &self.jobs {
             let ty = j.ran_on.as_deref().unwrap_or(default_type);
-            let gang = (j.gpus - 1e-9).ceil().max(1.0) as i64;
+            let gang = i64::from(j.gang());
             let e = events.entry(ty).or_default();
             e.push((j.submit_s, gang));
             e.push((j.submit_s + j.run_s, -gang));
@@ -383,7 +383,7 @@ impl ImportSummary {
         *self.ran_on.entry(ran_on.to_string()).or_default() += 1;
         self.ran_on_assumed += usize::from(job.ran_on.is_none());
         self.constrained += usize::from(job.accepts.is_some());
-        self.fractional += usize::from(job.gpus.fract() > 1e-9);
+        self.fractional += usize::from(job.is_share());
         self.gpu_hours += f64::from(gang) * job.run_s / 3600.0;
         self.largest_gang = self.largest_gang.max(gang);
     }
@@ -402,7 +402,7 @@ impl ImportSummary {
                     Some(a) => a.iter().filter_map(|t| self.cluster_gpus.get(t)).sum(),
                     None => total,
                 };
-                (j.gpus - 1e-9).ceil().max(1.0) > room as f64
+                u64::from(j.gang()) > room
             })
             .count();
         if n > 0 {
@@ -453,7 +453,7 @@ fn command(format: &str, job: &TraceJob) -> String {
         read::clean(&job.id),
         job.status.name()
     );
-    if job.gpus.fract() > 1e-9 {
+    if job.is_share() {
         let _ = write!(c, " gpus={}", job.gpus);
     }
     c

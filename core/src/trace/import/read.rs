@@ -243,22 +243,7 @@ pub(super) fn speed(s: &str, at: &Location) -> Result<f64> {
 }
 
 /// A GPU type name as the cluster files take them.
-pub(super) fn type_name(s: &str, at: &Location) -> Result<()> {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-    {
-        Ok(())
-    } else {
-        Err(Error::parse(
-            at.clone(),
-            format!(
-                "`{}` is not a GPU type name; use letters, digits, `_`, `-` and `.`",
-                escape(s)
-            ),
-        ))
-    }
-}
+pub(super) use crate::cluster::validate_type_name as type_name;
 
 /// A name from a trace made safe for the files an import writes: letters,
 /// digits and `_-.:/|` kept, anything else (tabs, newlines, commas,
