@@ -48,6 +48,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Simulate(cmd::simulate::SimulateArgs),
+    Sweep(cmd::sweep::SweepArgs),
     #[command(subcommand, after_help = TRACE_EXAMPLES)]
     Trace(cmd::trace::TraceCommand),
     #[command(after_help = REPRODUCE_EXAMPLES)]
@@ -202,6 +203,7 @@ fn main() -> ExitCode {
     }
     let result: Result<(), CliError> = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
+        Command::Sweep(args) => cmd::sweep::run(args),
         Command::Trace(c) => cmd::trace::run(c),
         Command::Reproduce(args) => cmd::reproduce::run(args),
         Command::Policies(args) => cmd::policies::run(args),

@@ -28,13 +28,25 @@ impl Bars {
         }
     }
 
-    /// A bar counting `total` items, labelled `name`.
+    /// A bar counting `total` jobs, labelled `name`.
     pub fn bar(&self, name: &str, total: u64) -> ProgressBar {
-        let style = ProgressStyle::with_template(
-            "{prefix:>26} [{bar:30}] {pos}/{len} jobs, {msg} ({elapsed})",
+        self.add(name, total, "{pos}/{len} jobs, {msg} ({elapsed})")
+    }
+
+    /// A bar counting `total` things called `unit`, labelled `name`, with
+    /// an estimate of the time left (for things of about equal size).
+    pub fn counter(&self, name: &str, total: u64, unit: &str) -> ProgressBar {
+        self.add(
+            name,
+            total,
+            &format!("{{pos}}/{{len}} {unit}, {{msg}} ({{elapsed}}, {{eta}} left)"),
         )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
+    }
+
+    fn add(&self, name: &str, total: u64, counts: &str) -> ProgressBar {
+        let style = ProgressStyle::with_template(&format!("{{prefix:>26}} [{{bar:30}}] {counts}"))
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
         let bar = self.multi.add(ProgressBar::new(total));
         bar.set_style(style);
         bar.set_prefix(name.to_string());
@@ -43,10 +55,15 @@ impl Bars {
 
     /// Call on every update: makes the bars visible after the delay.
     pub fn tick(&self) {
-        if self.enabled
-            && !self.shown.load(std::sync::atomic::Ordering::Relaxed)
-            && self.started.elapsed() > SHOW_AFTER
-        {
+        if self.started.elapsed() > SHOW_AFTER {
+            self.show();
+        }
+    }
+
+    /// Makes the bars visible now (for work whose first update may be
+    /// long in coming), if they are enabled.
+    pub fn show(&self) {
+        if self.enabled && !self.shown.load(std::sync::atomic::Ordering::Relaxed) {
             self.shown.store(true, std::sync::atomic::Ordering::Relaxed);
             self.multi.set_draw_target(ProgressDrawTarget::stderr());
         }

@@ -21,6 +21,7 @@ pub mod executor;
 pub mod fork_model;
 pub mod lp;
 pub mod metrics;
+pub mod parallel;
 pub mod plan;
 pub mod reproduce;
 pub mod scheduler;

@@ -6,6 +6,7 @@ pub mod policies;
 pub mod reproduce;
 pub mod run;
 pub mod simulate;
+pub mod sweep;
 pub mod trace;
 
 /// `--round-seconds`, as `hadar run` and `hadar simulate` take it: above 0,

@@ -1,7 +1,7 @@
 //! `hadar simulate`: run a trace under several policies and compare them.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use clap::Args;
 use hadar_core::cluster::Cluster;
@@ -313,7 +313,7 @@ fn fork_model(args: &SimulateArgs) -> ForkModel {
     }
 }
 
-fn parse_window(s: &str) -> Result<(u32, u32), String> {
+pub(crate) fn parse_window(s: &str) -> Result<(u32, u32), String> {
     let (a, b) = s
         .split_once("..")
         .ok_or_else(|| format!("`{s}` is not A..B (e.g. 4000..5000)"))?;
@@ -522,38 +522,29 @@ fn run_policies(
         .map_or(experiment.workload().jobs().len(), |(a, b)| {
             (b - a) as usize
         }) as u64;
-    let next = Mutex::new(0usize);
-    let results: Mutex<Vec<Option<Result<RunResult, CliError>>>> =
-        Mutex::new((0..kinds.len()).map(|_| None).collect());
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(kinds.len());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = {
-                    let mut n = next.lock().unwrap_or_else(|e| e.into_inner());
-                    let i = *n;
-                    *n += 1;
-                    i
-                };
-                let Some(&kind) = kinds.get(i) else { break };
-                let bar = bars.bar(kind.name(), total);
-                let r = experiment.run(kind, &mut |p| {
-                    bar.set_position(p.done as u64);
-                    bar.set_message(format!("{:.1} h simulated", p.now_s / 3600.0));
-                    bars.tick();
-                });
-                bar.finish();
-                results.lock().unwrap_or_else(|e| e.into_inner())[i] =
-                    Some(r.map_err(CliError::from));
+    let mut results: Vec<Option<Result<RunResult, CliError>>> =
+        (0..kinds.len()).map(|_| None).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    hadar_core::parallel::for_each(
+        kinds,
+        threads,
+        |&kind| {
+            let bar = bars.bar(kind.name(), total);
+            let r = experiment.run(kind, &mut |p| {
+                bar.set_position(p.done as u64);
+                bar.set_message(format!("{:.1} h simulated", p.now_s / 3600.0));
+                bars.tick();
             });
-        }
-    });
+            bar.finish();
+            r.map_err(CliError::from)
+        },
+        |i, r| {
+            results[i] = Some(r);
+            std::ops::ControlFlow::Continue(())
+        },
+    );
     bars.clear();
     results
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(CliError::Usage("a policy run did not finish".into()))))
         .collect()

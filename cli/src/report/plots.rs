@@ -10,6 +10,9 @@
 //!   type up to the cluster's size (no line hides another), the legend in
 //!   a panel beside the chart; x is hours.
 //!
+//! A sweep's `jct_vs_load.svg`: mean JCT against the arrival rate, a line
+//! and a confidence band per policy.
+//!
 //! For all policies together, `jct_cdf.svg`: the empirical CDF of the
 //! measured, completed jobs' JCT in hours, one line per policy.
 //!
@@ -29,6 +32,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use hadar_core::metrics::{GpuSpan, RoundRecord, RunResult};
+use hadar_core::sim::sweep::CurvePoint;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -104,6 +108,85 @@ pub fn write_plots(dir: &Path, results: &[RunResult]) -> Result<Vec<PathBuf>, Cl
         written.push(path);
     }
     Ok(written)
+}
+
+/// Writes a sweep's mean JCT against load to `path`: a line per policy with
+/// a marker per load, and a band for the 95% confidence interval where
+/// there are several seeds.
+pub fn write_load_plot(path: &Path, curves: &[CurvePoint]) -> Result<(), CliError> {
+    write_svg(path, (WIDTH, 700), |root| draw_load_curves(root, curves))
+}
+
+fn draw_load_curves(root: &Root<'_>, curves: &[CurvePoint]) -> Result<(), DrawError> {
+    let mut policies: Vec<&str> = Vec::new();
+    for c in curves {
+        if !policies.contains(&c.policy.as_str()) {
+            policies.push(&c.policy);
+        }
+    }
+    let top = |c: &CurvePoint| {
+        c.ci95_h
+            .map_or(c.mean_jct_h, |(_, hi)| hi.max(c.mean_jct_h))
+    };
+    let max_x = curves
+        .iter()
+        .map(|c| c.jobs_per_hour)
+        .fold(0.0_f64, f64::max);
+    let max_y = curves.iter().map(top).fold(0.0_f64, f64::max);
+    let max_x = if max_x > 0.0 { max_x * 1.05 } else { 1.0 };
+    let max_y = if max_y > 0.0 { max_y * 1.08 } else { 1.0 };
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            "Mean JCT against load (band: 95% confidence interval over seeds)",
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max_x, 0.0..max_y)?;
+    chart
+        .configure_mesh()
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 15))
+        .x_desc("input job rate (jobs/hour)")
+        .y_desc("mean job completion time (hours)")
+        .draw()?;
+    for (i, policy) in policies.iter().enumerate() {
+        let color = palette(i);
+        let points: Vec<&CurvePoint> = curves.iter().filter(|c| c.policy == *policy).collect();
+        let band: Vec<(f64, f64, f64)> = points
+            .iter()
+            .filter_map(|c| c.ci95_h.map(|(lo, hi)| (c.jobs_per_hour, lo.max(0.0), hi)))
+            .collect();
+        if band.len() > 1 {
+            let outline: Vec<(f64, f64)> = band
+                .iter()
+                .map(|&(x, _, hi)| (x, hi))
+                .chain(band.iter().rev().map(|&(x, lo, _)| (x, lo)))
+                .collect();
+            chart.draw_series(std::iter::once(Polygon::new(
+                outline,
+                color.mix(0.18).filled(),
+            )))?;
+        }
+        let line: Vec<(f64, f64)> = points
+            .iter()
+            .map(|c| (c.jobs_per_hour, c.mean_jct_h))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
+            .label(policy.to_string())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
+        chart.draw_series(line.into_iter().map(|p| Circle::new(p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", 14))
+        .draw()?;
+    Ok(())
 }
 
 /// Renders an SVG of `size` (px) with `draw` and writes it to `path`.

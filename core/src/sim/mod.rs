@@ -2,6 +2,7 @@
 //! metrics and lower bounds of a run.
 
 mod backend;
+pub mod sweep;
 
 use std::sync::Arc;
 use std::time::Instant;
