@@ -36,7 +36,7 @@ pub struct Config {
 }
 
 /// The subcommands whose flags a configuration sets.
-const CONFIGURED: [&str; 2] = ["run", "simulate"];
+const CONFIGURED: [&str; 3] = ["run", "simulate", "sweep"];
 
 /// Flags that are not settings (they say what to do, not how).
 const NOT_SETTINGS: [&str; 5] = ["help", "version", "config", "verbose", "explain"];
@@ -362,11 +362,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_the_long_flags_of_run_and_simulate() {
+    fn keys_are_the_long_flags_of_run_simulate_and_sweep() {
         let keys = known_keys();
-        assert_eq!(keys["policy"], vec!["run", "simulate"]);
+        assert_eq!(keys["policy"], vec!["run", "simulate", "sweep"]);
         assert_eq!(keys["state"], vec!["run"]);
-        assert_eq!(keys["round_seconds"], vec!["run", "simulate"]);
+        assert_eq!(keys["round_seconds"], vec!["run", "simulate", "sweep"]);
         assert!(keys.contains_key("hadar_horizon"));
         assert!(!keys.contains_key("help") && !keys.contains_key("config"));
     }

@@ -138,12 +138,48 @@ fn a_sweep_runs_its_grid_writes_its_files_and_resumes() {
     // Other settings in the same directory: refused, nothing lost.
     let before = lines(&points_file).len();
     let o = sweep(&dir, &["--loads", "0.05", "--round-seconds", "60"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     let err = text(&o.stderr);
     assert!(
-        err.contains("simulation.round_s") && err.contains("--fresh"),
+        err.contains("--round-seconds: the sweep's 360.0, asked 60.0") && err.contains("--fresh"),
         "{err}"
     );
+    // The same cluster written another way is the same sweep.
+    let out = dir.display().to_string();
+    let o = hadar(&[
+        "sweep",
+        "--jobs",
+        "120",
+        "--window",
+        "30..70",
+        "--cluster",
+        "k80=2,v100=2,p100=2",
+        "--policy",
+        "max_min_fairness",
+        "--loads",
+        "0.05",
+        "--seeds",
+        "0",
+        "--out",
+        &out,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("(12 resumed, 0 new)"),
+        "{}",
+        text(&o.stdout)
+    );
+    // While a sweep holds the directory, another is refused.
+    let lock = nix::fcntl::Flock::lock(
+        std::fs::File::open(dir.join("sweep.lock")).expect("lock file"),
+        nix::fcntl::FlockArg::LockExclusiveNonblock,
+    )
+    .expect("lock");
+    let o = sweep(&dir, &["--loads", "0.05", "--seeds", "0"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("another sweep is running there"), "{err}");
+    drop(lock);
     assert_eq!(lines(&points_file).len(), before);
 
     // --fresh starts over.
@@ -172,19 +208,114 @@ fn bad_sweeps_are_refused_with_what_to_do() {
     assert!(text(&o.stderr).contains("above 0"), "{}", text(&o.stderr));
     let out = dir.display().to_string();
     let o = hadar(&["sweep", "--jobs", "50", "--window", "30..70", "--out", &out]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(3));
     assert!(
         text(&o.stderr).contains("raise --jobs"),
         "{}",
         text(&o.stderr)
     );
-    let o = sweep(&dir, &["--policy", "nope"]);
-    assert_ne!(o.status.code(), Some(0));
-    assert!(text(&o.stderr).contains("nope"), "{}", text(&o.stderr));
+    let o = sweep(&dir, &["--seeds", "-1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("whole number from 0"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = hadar(&["sweep", "--policy", "hadar,", "--out", &out]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("trailing"), "{}", text(&o.stderr));
+    // Inputs that cannot run fail before anything runs or is written.
+    let o = hadar(&[
+        "sweep",
+        "--cluster",
+        "a100=4",
+        "--jobs",
+        "120",
+        "--window",
+        "30..70",
+        "--out",
+        &out,
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("a100"), "{}", text(&o.stderr));
+    assert!(!dir.exists());
+    // --out names a file.
+    std::fs::write(tmp.path().join("f"), "").expect("file");
+    let f = tmp.path().join("f").display().to_string();
+    let o = hadar(&["sweep", "--jobs", "120", "--window", "30..70", "--out", &f]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        text(&o.stderr).contains("not a directory"),
+        "{}",
+        text(&o.stderr)
+    );
     // Runs without the settings they ran with are not taken as this sweep's.
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::write(dir.join("points.jsonl"), "{}\n").expect("write");
     let o = sweep(&dir, &["--loads", "0.05", "--seeds", "0"]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("--fresh"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn ctrl_c_says_what_is_saved_and_the_same_command_resumes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("s");
+    let out = dir.display().to_string();
+    let args = [
+        "sweep",
+        "--jobs",
+        "400",
+        "--window",
+        "100..300",
+        "--cluster",
+        "v100=2,p100=2,k80=2",
+        "--loads",
+        "0.05,0.1,0.2,0.3,0.4,0.5",
+        "--seeds",
+        "0,1,2,3",
+        "--policy",
+        "max_min_fairness_perf",
+        "--threads",
+        "1",
+        "--out",
+        &out,
+    ];
+    let child = Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let points = dir.join("points.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::fs::read_to_string(&points).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no run saved in 120 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let o = child.wait_with_output().expect("wait");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(8), "{err}");
+    assert!(
+        err.contains("interrupted:") && err.contains("resume"),
+        "{err}"
+    );
+    let saved = lines(&points).len();
+    assert!((2..24).contains(&saved), "{saved} saved");
+
+    let o = hadar(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let human = text(&o.stdout);
+    assert!(
+        human.contains(&format!("24 runs ({saved} resumed, {} new)", 24 - saved)),
+        "{human}"
+    );
 }

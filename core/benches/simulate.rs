@@ -22,15 +22,23 @@ fn main() {
 }
 
 fn continuous_experiment(jobs_per_hour: f64) -> Experiment {
+    experiment(continuous_workload(jobs_per_hour), false)
+}
+
+fn continuous_workload(jobs_per_hour: f64) -> Arc<Workload> {
     let table = Arc::new(ThroughputTable::gavel());
     let mut spec = GeneratorSpec::new(GeneratorKind::PhillyLike, 6000, 0);
     spec.jobs_per_hour = Some(jobs_per_hour);
     let jobs = generate(&spec, &table).expect("generator");
     let cluster = Arc::new(Cluster::from_short_form("v100=36,p100=36,k80=36", 1).expect("cluster"));
-    let workload = Arc::new(Workload::new(jobs, cluster, table, "generated").expect("workload"));
+    Arc::new(Workload::new(jobs, cluster, table, "generated").expect("workload"))
+}
+
+/// The experiment measuring jobs 4000..5000, with or without the makespan bound.
+fn experiment(workload: Arc<Workload>, makespan_bound: bool) -> Experiment {
     let settings = SimSettings {
         window: Some((4000, 5000)),
-        makespan_bound: false,
+        makespan_bound,
         ..SimSettings::default()
     };
     Experiment::new(workload, settings).expect("experiment")
@@ -41,6 +49,19 @@ fn continuous_6000_jobs(bencher: divan::Bencher) {
     let exp = continuous_experiment(5.0);
     bencher.bench(|| {
         exp.run(PolicyKind::MaxMinFairnessPerf, &mut |_| {})
+            .expect("simulation")
+    });
+}
+
+/// The same run as `hadar simulate` does it by default: the lower bounds
+/// (the makespan LP over the 1,000 measured jobs, the no-queueing JCT
+/// bound) computed, then the simulation.
+#[divan::bench(sample_count = 5, sample_size = 1)]
+fn continuous_6000_jobs_with_bounds(bencher: divan::Bencher) {
+    let workload = continuous_workload(5.0);
+    bencher.bench(|| {
+        experiment(workload.clone(), true)
+            .run(PolicyKind::MaxMinFairnessPerf, &mut |_| {})
             .expect("simulation")
     });
 }

@@ -4,14 +4,16 @@
 //!
 //! The sweep's directory holds `settings.json` (what every point shares:
 //! a resumed sweep must match it), `points.jsonl` (one line per finished
-//! run, appended as it finishes) and, at the end, `sweep.json`,
-//! `sweep.csv` and `jct_vs_load.svg` for the points asked.
+//! run, appended as it finishes), `sweep.lock` (held while a sweep runs
+//! there) and, at the end, `sweep.json`, `sweep.csv` and `jct_vs_load.svg`
+//! over every run in the directory.
 
-use std::collections::HashSet;
-use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,6 +38,8 @@ const DEFAULT_POLICIES: &str = "max_min_fairness,max_min_fairness_perf,hadar";
 const POINTS_FILE: &str = "points.jsonl";
 /// What every run of the sweep shares.
 const SETTINGS_FILE: &str = "settings.json";
+/// Held while a sweep runs in the directory.
+const LOCK_FILE: &str = "sweep.lock";
 
 /// Mean JCT against load: several policies, arrival rates and seeds.
 ///
@@ -49,7 +53,10 @@ const SETTINGS_FILE: &str = "settings.json";
 /// settings, and a sweep given more loads, seeds or policies runs only the
 /// new points. At the end, DIR holds sweep.json, sweep.csv (a mean and a
 /// 95% confidence interval over the seeds per policy and load) and
-/// jct_vs_load.svg (a line per policy, its band the interval).
+/// jct_vs_load.svg (a line per policy, its band the interval), over every
+/// run in DIR. In the table, `*` marks a point where some measured jobs did
+/// not finish (`complete` false in the CSV) and `!` one where some runs
+/// carry a warning from the simulator (`flagged`, listed under the table).
 ///
 /// The policies run with their default settings; tune them with `hadar
 /// simulate` on one generated trace.
@@ -63,7 +70,7 @@ const SETTINGS_FILE: &str = "settings.json";
 ///       --policy max_min_fairness_perf,hadar --out sweep/ --json
 ///
 ///   # a quick look: fewer jobs, a smaller cluster
-///   hadar sweep --jobs 400 --window 100..300 --cluster v100=4,p100=4,k80=4 \
+///   hadar sweep --jobs 1000 --window 100..300 --cluster v100=4,p100=4,k80=4 \
 ///       --loads 0.2,0.4,0.6 --seeds 0,1 --out quick/
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
@@ -78,7 +85,7 @@ pub struct SweepArgs {
     pub policy: Vec<String>,
 
     /// Arrival rates (jobs per hour), comma-separated.
-    #[arg(long, default_value = "1,2,3,4,5,6,7", value_delimiter = ',', value_name = "R1,R2", value_parser = rate)]
+    #[arg(long, default_value = "1,2,3,4,5,6,7", value_delimiter = ',', value_name = "R1,R2", allow_negative_numbers = true, value_parser = rate)]
     pub loads: Vec<f64>,
 
     /// Seeds, comma-separated: each gives every load its own trace.
@@ -86,7 +93,9 @@ pub struct SweepArgs {
         long,
         default_value = "0,1,2",
         value_delimiter = ',',
-        value_name = "S1,S2"
+        value_name = "S1,S2",
+        allow_negative_numbers = true,
+        value_parser = seed
     )]
     pub seeds: Vec<u64>,
 
@@ -154,18 +163,9 @@ pub struct SweepArgs {
 /// Runs the command.
 pub fn run(args: SweepArgs) -> Result<(), CliError> {
     super::check_round_seconds(args.round_seconds)?;
-    let kinds = args
-        .policy
-        .iter()
-        .map(|p| PolicyKind::parse(p))
-        .collect::<Result<Vec<_>, _>>()?;
-    if kinds.is_empty() || args.loads.is_empty() || args.seeds.is_empty() {
-        return Err(CliError::Usage(
-            "--policy, --loads and --seeds each need at least one value".into(),
-        ));
-    }
+    let kinds = policies(&args.policy)?;
     if args.window.1 > args.jobs {
-        return Err(CliError::Usage(format!(
+        return Err(CliError::Input(format!(
             "--window {}..{} reaches past the {} jobs of each trace: raise --jobs (to about \
              {} or more, so that the cluster stays loaded while the window's jobs run)",
             args.window.0,
@@ -175,67 +175,139 @@ pub fn run(args: SweepArgs) -> Result<(), CliError> {
         )));
     }
     let sweep = build(&args)?;
+    let grid = Sweep::points(&kinds, &args.loads, &args.seeds);
+    check_traces(&sweep, &grid)?;
     let fingerprint = fingerprint(&args, &sweep);
-    let grid = Sweep::points(&kinds, &dedup(&args.loads), &dedup_seeds(&args.seeds));
     let dir = &args.out;
-    let saved = open_dir(dir, &fingerprint, args.fresh)?;
+    let shown = crate::report::escape(&dir.display().to_string());
+    let (_lock, saved) = open_dir(dir, &fingerprint, args.fresh)?;
 
-    let asked: HashSet<String> = grid.iter().map(key).collect();
-    let mut results: Vec<PointResult> = saved
-        .into_iter()
-        .filter(|r| asked.contains(&key(&r.point)))
-        .collect();
-    let resumed = results.len();
-    let have: HashSet<String> = results.iter().map(|r| key(&r.point)).collect();
+    let have: HashSet<String> = saved.iter().map(|r| key(&r.point)).collect();
     let todo: Vec<Point> = grid
         .iter()
         .filter(|p| !have.contains(&key(p)))
         .cloned()
         .collect();
+    let asked_done = grid.len() - todo.len();
+    let earlier = saved.len() - asked_done;
+    if !args.json && (asked_done > 0 || earlier > 0) {
+        eprintln!(
+            "resuming: {asked_done} of the {} runs asked are already in {shown}{}",
+            grid.len(),
+            if earlier > 0 {
+                format!(" (and {earlier} more of earlier sweeps there, kept in the results)")
+            } else {
+                String::new()
+            }
+        );
+    }
     let threads = args.threads.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         |n| n as usize,
     );
-    if resumed > 0 && !args.json {
-        eprintln!(
-            "resuming: {resumed} of {} runs already in {}",
-            grid.len(),
-            dir.display()
-        );
-    }
     let started = Instant::now();
+    let mut results = saved;
+    let resumed = results.len();
     let failures = run_points(&sweep, &todo, threads, dir, !args.json, &mut results)?;
 
-    // The grid's order, whatever order the runs finished in.
-    let order: Vec<String> = grid.iter().map(key).collect();
-    results.sort_by_key(|r| order.iter().position(|k| *k == key(&r.point)));
+    sort_points(&mut results, &kinds);
     let curves = curves(&results);
     let report = json!({
+        "version": env!("CARGO_PKG_VERSION"),
         "settings": fingerprint,
+        "inputs": { "cluster": args.cluster, "throughputs": args.throughputs },
+        "asked": { "policies": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+                   "loads": args.loads, "seeds": args.seeds },
         "curves": curves,
         "points": results,
+        "failed": failures.iter().map(|(p, e)| json!({"point": p, "error": e.to_string()})).collect::<Vec<_>>(),
     });
     write_results(dir, &report, &curves)?;
     if args.json {
         println!("{}", pretty(&report));
     } else {
         print_table(&curves, &args);
+        print_flags(&results);
         println!(
-            "\n{} runs ({resumed} resumed, {} new) in {:.1} s on {threads} thread{}; wrote \
-             sweep.json, sweep.csv and jct_vs_load.svg to {}",
+            "\n{} runs ({resumed} resumed, {} new{}) in {:.1} s on {threads} thread{}; wrote \
+             sweep.json, sweep.csv and jct_vs_load.svg to {shown}",
             results.len(),
             results.len() - resumed,
+            if failures.is_empty() {
+                String::new()
+            } else {
+                format!(", {} failed", failures.len())
+            },
             started.elapsed().as_secs_f64(),
             if threads == 1 { "" } else { "s" },
-            dir.display()
         );
     }
     // Each failure was told with its point as it came; the first one's
     // error gives the exit code.
     match failures.into_iter().next() {
         None => Ok(()),
-        Some(e) => Err(e),
+        Some((_, e)) => Err(e),
     }
+}
+
+/// The policies asked, each once; an empty name (a trailing comma) is
+/// refused with that hint.
+fn policies(names: &[String]) -> Result<Vec<PolicyKind>, CliError> {
+    let mut kinds: Vec<PolicyKind> = Vec::new();
+    for name in names {
+        if name.trim().is_empty() {
+            return Err(CliError::Usage(
+                "--policy has an empty name (a trailing or doubled comma?); see `hadar policies`"
+                    .into(),
+            ));
+        }
+        let kind = PolicyKind::parse(name)?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    if kinds.is_empty() {
+        return Err(CliError::Usage("--policy names no policy".into()));
+    }
+    Ok(kinds)
+}
+
+/// Generates every (load, seed) trace of the grid once and checks it on
+/// the cluster, so that an input the sweep cannot run fails before the
+/// first run (and before anything is written).
+fn check_traces(sweep: &Sweep, grid: &[Point]) -> Result<(), CliError> {
+    let mut seen: Vec<(f64, u64)> = Vec::new();
+    for p in grid {
+        if seen.contains(&(p.jobs_per_hour, p.seed)) {
+            continue;
+        }
+        seen.push((p.jobs_per_hour, p.seed));
+        sweep.check(p.jobs_per_hour, p.seed).map_err(|e| {
+            CliError::Input(format!(
+                "the trace at {} jobs/hour, seed {}: {e}",
+                p.jobs_per_hour, p.seed
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// Sorts runs by policy (those asked first, in their order, then those of
+/// earlier sweeps in the directory), load, then seed.
+fn sort_points(results: &mut [PointResult], asked: &[PolicyKind]) {
+    let mut order: Vec<String> = asked.iter().map(|k| k.name().to_string()).collect();
+    for r in results.iter() {
+        if !order.contains(&r.point.policy) {
+            order.push(r.point.policy.clone());
+        }
+    }
+    results.sort_by(|a, b| {
+        let pa = order.iter().position(|p| *p == a.point.policy);
+        let pb = order.iter().position(|p| *p == b.point.policy);
+        pa.cmp(&pb)
+            .then(a.point.jobs_per_hour.total_cmp(&b.point.jobs_per_hour))
+            .then(a.point.seed.cmp(&b.point.seed))
+    });
 }
 
 /// The sweep the arguments describe.
@@ -270,17 +342,36 @@ fn build(args: &SweepArgs) -> Result<Sweep, CliError> {
 }
 
 /// What the sweep's points share, as written to settings.json: a sweep
-/// resumed in the same directory must have the same.
+/// resumed in the same directory must have the same. The cluster is
+/// its shape (GPUs per type, nodes per make-up), so that the same cluster
+/// written another way is the same sweep.
 fn fingerprint(args: &SweepArgs, sweep: &Sweep) -> Value {
     json!({
         "generator": format!("{:?}", args.generator).to_lowercase(),
         "jobs": args.jobs,
         "multi_gpu": args.multi_gpu,
         "throughputs": args.throughputs,
-        "cluster": args.cluster,
-        "gpus_per_node": args.gpus_per_node,
+        "cluster": cluster_shape(sweep.cluster()),
         "simulation": sweep.settings(),
     })
+}
+
+fn cluster_shape(cluster: &Cluster) -> Value {
+    let mut gpus: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut nodes: BTreeMap<String, u64> = BTreeMap::new();
+    for node in cluster.nodes() {
+        let mut parts: Vec<String> = node
+            .gpus
+            .iter()
+            .map(|&(t, n)| {
+                *gpus.entry(cluster.gpu_type_name(t)).or_default() += u64::from(n);
+                format!("{n} {}", cluster.gpu_type_name(t))
+            })
+            .collect();
+        parts.sort();
+        *nodes.entry(parts.join(" + ")).or_default() += 1;
+    }
+    json!({ "gpus": gpus, "nodes": nodes })
 }
 
 /// A point's identity in the files (the load as JSON writes it, exactly).
@@ -288,39 +379,32 @@ fn key(p: &Point) -> String {
     format!("{}|{}|{}", p.policy, p.jobs_per_hour, p.seed)
 }
 
-fn dedup(loads: &[f64]) -> Vec<f64> {
-    let mut out: Vec<f64> = Vec::with_capacity(loads.len());
-    for &l in loads {
-        if !out.contains(&l) {
-            out.push(l);
-        }
+/// Creates `dir` (or checks the sweep already in it), locks it, and
+/// returns the lock and the runs already there (each point once).
+fn open_dir(
+    dir: &Path,
+    fingerprint: &Value,
+    fresh: bool,
+) -> Result<(Lock, Vec<PointResult>), CliError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(CliError::Input(format!(
+            "--out {}: is a file, not a directory; give a directory for the sweep's files",
+            crate::report::escape(&dir.display().to_string())
+        )));
     }
-    out
-}
-
-fn dedup_seeds(seeds: &[u64]) -> Vec<u64> {
-    let mut out = seeds.to_vec();
-    let mut seen = HashSet::new();
-    out.retain(|s| seen.insert(*s));
-    out
-}
-
-/// Creates `dir` or checks the sweep already in it, and returns its
-/// finished runs. A run whose line cannot be read (a write cut short) is
-/// left out, so it runs again.
-fn open_dir(dir: &Path, fingerprint: &Value, fresh: bool) -> Result<Vec<PointResult>, CliError> {
     fs::create_dir_all(dir).map_err(|e| CliError::output(dir.display(), e))?;
+    let lock = lock(dir)?;
     let settings_path = dir.join(SETTINGS_FILE);
     let points_path = dir.join(POINTS_FILE);
     if fresh {
         remove_if_there(&points_path)?;
     } else if let Some(old) = read_settings(&settings_path)? {
         if old != *fingerprint {
-            return Err(CliError::Usage(format!(
+            return Err(CliError::Input(format!(
                 "{} holds a sweep with other settings ({}): give another --out, or --fresh \
                  to discard its runs",
-                dir.display(),
-                differences(&old, fingerprint).join(", ")
+                crate::report::escape(&dir.display().to_string()),
+                differences(&old, fingerprint).join("; ")
             )));
         }
     } else if points_path.exists() {
@@ -332,7 +416,30 @@ fn open_dir(dir: &Path, fingerprint: &Value, fresh: bool) -> Result<Vec<PointRes
     }
     fs::write(&settings_path, pretty(fingerprint))
         .map_err(|e| CliError::output(settings_path.display(), e))?;
-    read_points(&points_path)
+    Ok((lock, read_points(&points_path)?))
+}
+
+/// Held while this sweep runs in its directory.
+type Lock = nix::fcntl::Flock<File>;
+
+/// Takes `dir`'s lock, so that two sweeps never run in one directory.
+fn lock(dir: &Path) -> Result<Lock, CliError> {
+    use nix::fcntl::{Flock, FlockArg};
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| CliError::output(path.display(), e))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(CliError::Input(format!(
+            "{}: another sweep is running there; wait for it, or give another --out",
+            crate::report::escape(&dir.display().to_string())
+        ))),
+        Err((_, e)) => Err(CliError::output(path.display(), e.into())),
+    }
 }
 
 fn remove_if_there(path: &Path) -> Result<(), CliError> {
@@ -358,57 +465,139 @@ fn read_settings(path: &Path) -> Result<Option<Value>, CliError> {
     })
 }
 
-/// The names of the settings that differ (one level into objects).
+/// The settings that differ, each as its flag where it has one, with the
+/// sweep's value and the one asked.
 fn differences(old: &Value, new: &Value) -> Vec<String> {
-    let (Value::Object(a), Value::Object(b)) = (old, new) else {
-        return vec!["the whole file".into()];
-    };
-    let mut names: Vec<String> = Vec::new();
-    for (k, v) in b {
-        match (a.get(k), v) {
-            (Some(Value::Object(x)), Value::Object(y)) => {
-                for (k2, v2) in y {
-                    if x.get(k2) != Some(v2) {
-                        names.push(format!("{k}.{k2}"));
-                    }
-                }
-            }
-            (old, new) if old != Some(new) => names.push(k.clone()),
-            _ => {}
-        }
+    let mut out = Vec::new();
+    diff_into("", old, new, &mut out);
+    if out.is_empty() {
+        out.push("settings this version does not write".into());
     }
-    if names.is_empty() {
-        names.push("settings this version does not write".into());
-    }
-    names
+    out
 }
 
+fn diff_into(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
+    if old == new {
+        return;
+    }
+    if let (Value::Object(a), Value::Object(b)) = (old, new) {
+        if !FLAGS.iter().any(|(p, _)| *p == path) {
+            for (k, v) in b {
+                let sub = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                diff_into(&sub, a.get(k).unwrap_or(&Value::Null), v, out);
+            }
+            return;
+        }
+    }
+    let name = FLAGS
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map_or(path, |(_, flag)| flag);
+    let show = |v: &Value| {
+        let s = v.to_string();
+        if s.chars().count() > 60 {
+            format!("{}...", s.chars().take(60).collect::<String>())
+        } else {
+            s
+        }
+    };
+    out.push(format!(
+        "{name}: the sweep's {}, asked {}",
+        show(old),
+        show(new)
+    ));
+}
+
+/// Settings paths in settings.json and the flags that set them.
+const FLAGS: [(&str, &str); 9] = [
+    ("generator", "--generator"),
+    ("jobs", "--jobs"),
+    ("multi_gpu", "--multi-gpu"),
+    ("throughputs", "--throughputs"),
+    ("cluster", "--cluster"),
+    ("simulation.round_s", "--round-seconds"),
+    ("simulation.window", "--window"),
+    (
+        "simulation.scheduler.realloc_interval_s",
+        "--realloc-seconds",
+    ),
+    ("simulation.scheduler.solver", "--solver"),
+];
+
+/// The finished runs in `path`, each point once. Lines that cannot be
+/// read (a write cut short) or repeat a point are dropped, and the file is
+/// rewritten without them, so that they are told once and the runs redone.
 fn read_points(path: &Path) -> Result<Vec<PointResult>, CliError> {
     let text = match fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(CliError::Input(format!("{}: {e}", path.display()))),
     };
-    let mut out = Vec::new();
+    let mut out: Vec<PointResult> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut dropped = 0;
     for (i, line) in text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
         match serde_json::from_str::<PointResult>(line) {
-            Ok(r) => out.push(r),
-            Err(e) => tracing::warn!(
-                "{}:{}: not a finished run ({e}); it runs again",
-                path.display(),
-                i + 1
-            ),
+            Ok(r) if seen.insert(key(&r.point)) => out.push(r),
+            Ok(_) => dropped += 1,
+            Err(e) => {
+                dropped += 1;
+                eprintln!(
+                    "warning: {}:{}: not a finished run ({e}); it runs again",
+                    path.display(),
+                    i + 1
+                );
+            }
         }
+    }
+    if dropped > 0 {
+        let mut clean = String::new();
+        for r in &out {
+            clean.push_str(&point_line(r));
+        }
+        let tmp = path.with_extension("jsonl.tmp");
+        fs::write(&tmp, clean)
+            .and_then(|()| fs::rename(&tmp, path))
+            .map_err(|e| CliError::output(path.display(), e))?;
     }
     Ok(out)
 }
 
+/// A run as its line in the points file.
+fn point_line(r: &PointResult) -> String {
+    format!("{}\n", serde_json::to_string(r).unwrap_or_default())
+}
+
+/// The points file opened for appending, on a line of its own (a line
+/// left without its end by a kill is ended first).
+fn open_for_append(path: &Path) -> std::io::Result<File> {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    if file.metadata()?.len() > 0 {
+        let mut last = [0u8; 1];
+        file.seek(SeekFrom::End(-1))?;
+        file.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            file.write_all(b"\n")?;
+        }
+    }
+    Ok(file)
+}
+
 /// Runs `todo`, appending each result to the points file as it comes, and
-/// returns the runs that failed (the others are in `results`).
+/// returns the runs that failed (the others are in `results`). Ctrl-C or
+/// SIGTERM ends the process at once with exit 8, saying how much is saved.
 fn run_points(
     sweep: &Sweep,
     todo: &[Point],
@@ -416,13 +605,11 @@ fn run_points(
     dir: &Path,
     bars_enabled: bool,
     results: &mut Vec<PointResult>,
-) -> Result<Vec<CliError>, CliError> {
+) -> Result<Vec<(Point, CliError)>, CliError> {
     let path = dir.join(POINTS_FILE);
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| CliError::output(path.display(), e))?;
+    let mut file = open_for_append(&path).map_err(|e| CliError::output(path.display(), e))?;
+    let saved = Arc::new(AtomicUsize::new(results.len()));
+    on_interrupt(saved.clone(), results.len() + todo.len(), dir)?;
     let bars = Bars::new(bars_enabled);
     let bar = bars.counter("sweep", (results.len() + todo.len()) as u64, "runs");
     bar.set_position(results.len() as u64);
@@ -445,11 +632,11 @@ fn run_points(
                     ));
                     // One write per line, so that a run killed mid-way
                     // leaves whole lines and at most one torn last line.
-                    let line = format!("{}\n", serde_json::to_string(&r).unwrap_or_default());
-                    if let Err(e) = file.write_all(line.as_bytes()) {
+                    if let Err(e) = file.write_all(point_line(&r).as_bytes()) {
                         write_error = Some(CliError::output(path.display(), e));
                         return ControlFlow::Break(());
                     }
+                    saved.fetch_add(1, Ordering::Relaxed);
                     results.push(r);
                 }
                 Err(e) => {
@@ -457,7 +644,7 @@ fn run_points(
                         "warning: {} at {} jobs/hour, seed {}: {e}",
                         todo[i].policy, todo[i].jobs_per_hour, todo[i].seed
                     ));
-                    failures.push(CliError::from(e));
+                    failures.push((todo[i].clone(), CliError::from(e)));
                 }
             }
             ControlFlow::Continue(())
@@ -471,6 +658,27 @@ fn run_points(
     }
 }
 
+/// On Ctrl-C or SIGTERM: says how many runs are saved and how to resume,
+/// and exits 8 (stopped on request; the same command resumes). Runs in
+/// flight are lost; those saved are whole lines.
+fn on_interrupt(saved: Arc<AtomicUsize>, total: usize, dir: &Path) -> Result<(), CliError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| CliError::Usage(format!("cannot watch for Ctrl-C: {e}")))?;
+    let shown = crate::report::escape(&dir.display().to_string());
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            eprintln!(
+                "\ninterrupted: {} of {total} runs saved in {shown}; run the same command to \
+                 resume",
+                saved.load(Ordering::Relaxed)
+            );
+            std::process::exit(i32::from(crate::exit::EXIT_STOPPED));
+        }
+    });
+    Ok(())
+}
+
 fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
@@ -480,15 +688,16 @@ fn write_results(dir: &Path, report: &Value, curves: &[CurvePoint]) -> Result<()
     let path = dir.join("sweep.json");
     fs::write(&path, pretty(report)).map_err(|e| CliError::output(path.display(), e))?;
     let path = dir.join("sweep.csv");
-    let mut csv =
-        String::from("policy,jobs_per_hour,seeds,mean_jct_h,ci95_low_h,ci95_high_h,complete\n");
+    let mut csv = String::from(
+        "policy,jobs_per_hour,seeds,mean_jct_h,ci95_low_h,ci95_high_h,complete,flagged\n",
+    );
     for c in curves {
         let (lo, hi) = c.ci95_h.map_or((String::new(), String::new()), |(l, h)| {
             (l.to_string(), h.to_string())
         });
         csv.push_str(&format!(
-            "{},{},{},{},{lo},{hi},{}\n",
-            c.policy, c.jobs_per_hour, c.seeds, c.mean_jct_h, c.complete
+            "{},{},{},{},{lo},{hi},{},{}\n",
+            c.policy, c.jobs_per_hour, c.seeds, c.mean_jct_h, c.complete, c.flagged
         ));
     }
     fs::write(&path, csv).map_err(|e| CliError::output(path.display(), e))?;
@@ -519,7 +728,6 @@ fn print_table(curves: &[CurvePoint], args: &SweepArgs) {
     );
     println!("mean JCT in hours over the seeds, ± the half-width of its 95% confidence interval\n");
     let mut table = Table::new(std::iter::once("jobs/hour").chain(policies.iter().copied()));
-    let mut incomplete = false;
     for load in loads {
         let mut row = vec![format!("{load}")];
         for p in &policies {
@@ -527,8 +735,11 @@ fn print_table(curves: &[CurvePoint], args: &SweepArgs) {
                 .iter()
                 .find(|c| c.policy == *p && c.jobs_per_hour == load)
                 .map_or_else(String::new, |c| {
-                    incomplete |= !c.complete;
-                    let mark = if c.complete { "" } else { "*" };
+                    let mark = format!(
+                        "{}{}",
+                        if c.complete { "" } else { "*" },
+                        if c.flagged > 0 { "!" } else { "" }
+                    );
                     match c.ci95_h {
                         Some((lo, hi)) => {
                             format!("{:.2} ± {:.2}{mark}", c.mean_jct_h, (hi - lo) / 2.0)
@@ -541,9 +752,28 @@ fn print_table(curves: &[CurvePoint], args: &SweepArgs) {
         table.row(row);
     }
     print!("{}", table.render());
-    if incomplete {
-        println!("*: some measured jobs did not finish (see the runs' warnings in sweep.json)");
+    if curves.iter().any(|c| !c.complete) {
+        println!("*: some measured jobs did not finish");
     }
+}
+
+/// How many runs carry a warning from the simulator, with the first as
+/// an example (they differ in their figures; each run's are in sweep.json).
+fn print_flags(results: &[PointResult]) {
+    let flagged: Vec<&PointResult> = results.iter().filter(|r| !r.warnings.is_empty()).collect();
+    let Some(first) = flagged.first() else {
+        return;
+    };
+    println!(
+        "!: {} of {} runs carry a warning (each run's are in sweep.json), e.g. {} at {} jobs/hour, \
+         seed {}: {}",
+        flagged.len(),
+        results.len(),
+        first.point.policy,
+        first.point.jobs_per_hour,
+        first.point.seed,
+        crate::report::escape(&first.warnings[0])
+    );
 }
 
 /// An arrival rate above 0.
@@ -554,37 +784,74 @@ fn rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A seed: a whole number from 0.
+fn seed(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("`{s}` is not a seed (a whole number from 0)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn rates_and_duplicates() {
+    fn rates_and_seeds() {
         assert_eq!(rate("2.5"), Ok(2.5));
         assert!(rate("0").is_err());
         assert!(rate("-1").is_err());
         assert!(rate("inf").is_err());
-        assert_eq!(dedup(&[1.0, 2.0, 1.0]), [1.0, 2.0]);
-        assert_eq!(dedup_seeds(&[3, 1, 3]), [3, 1]);
+        assert_eq!(seed("3"), Ok(3));
+        assert!(seed("-1").is_err());
+        assert!(seed("1.5").is_err());
     }
 
     #[test]
-    fn differences_name_the_settings() {
+    fn differences_name_the_flags_and_values() {
         let a = json!({"jobs": 10, "simulation": {"round_s": 360, "window": [1, 2]}});
         let b = json!({"jobs": 10, "simulation": {"round_s": 60, "window": [1, 2]}});
-        assert_eq!(differences(&a, &b), ["simulation.round_s"]);
-        let c = json!({"jobs": 20, "simulation": {"round_s": 360, "window": [1, 2]}});
-        assert_eq!(differences(&a, &c), ["jobs"]);
+        assert_eq!(
+            differences(&a, &b),
+            ["--round-seconds: the sweep's 360, asked 60"]
+        );
+        let c = json!({"jobs": 20, "simulation": {"round_s": 360, "window": [1, 3]}});
+        assert_eq!(
+            differences(&a, &c),
+            [
+                "--jobs: the sweep's 10, asked 20",
+                "--window: the sweep's [1,2], asked [1,3]"
+            ]
+        );
     }
 
     #[test]
-    fn a_torn_line_is_run_again() {
+    fn torn_and_repeated_lines_are_dropped_once_and_the_file_mended() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(POINTS_FILE);
         let whole = r#"{"policy":"fifo","jobs_per_hour":1.0,"seed":0,"mean_jct_h":2.0,"p95_jct_h":3.0,"jobs_completed":5,"jobs_measured":5,"utilization":0.5,"wall_s":0.1}"#;
-        fs::write(&path, format!("{whole}\n{}", &whole[..40])).expect("write");
+        fs::write(&path, format!("{whole}\n{whole}\n{}", &whole[..40])).expect("write");
         let points = read_points(&path).expect("read");
         assert_eq!(points.len(), 1);
         assert_eq!(points[0].point.policy, "fifo");
+        assert_eq!(
+            fs::read_to_string(&path).expect("mended").lines().count(),
+            1
+        );
+
+        // A line left without its end is ended before the next is appended.
+        fs::write(&path, &whole[..40]).expect("torn");
+        let mut f = open_for_append(&path).expect("open");
+        f.write_all(format!("{whole}\n").as_bytes())
+            .expect("append");
+        assert_eq!(read_points(&path).expect("read").len(), 1);
+    }
+
+    #[test]
+    fn clusters_written_two_ways_are_one_shape() {
+        let a = Cluster::from_short_form("v100=4,p100=4", 1).expect("a");
+        let b = Cluster::from_short_form("p100=4,v100=4", 1).expect("b");
+        let c = Cluster::from_short_form("v100=4,p100=4", 2).expect("c");
+        assert_eq!(cluster_shape(&a), cluster_shape(&b));
+        assert_ne!(cluster_shape(&a), cluster_shape(&c));
     }
 }

@@ -128,22 +128,37 @@ fn draw_load_curves(root: &Root<'_>, curves: &[CurvePoint]) -> Result<(), DrawEr
         c.ci95_h
             .map_or(c.mean_jct_h, |(_, hi)| hi.max(c.mean_jct_h))
     };
-    let max_x = curves
-        .iter()
-        .map(|c| c.jobs_per_hour)
-        .fold(0.0_f64, f64::max);
+    let loads = || curves.iter().map(|c| c.jobs_per_hour);
+    let (lo_x, hi_x) = (
+        loads().fold(f64::INFINITY, f64::min),
+        loads().fold(0.0_f64, f64::max),
+    );
+    // A margin of a tenth of the span each side (of the load itself with
+    // one load), never below 0.
+    let pad = if hi_x > lo_x {
+        (hi_x - lo_x) * 0.1
+    } else {
+        hi_x.max(1.0) * 0.1
+    };
+    let (lo_x, hi_x) = if lo_x.is_finite() {
+        ((lo_x - pad).max(0.0), hi_x + pad)
+    } else {
+        (0.0, 1.0)
+    };
     let max_y = curves.iter().map(top).fold(0.0_f64, f64::max);
-    let max_x = if max_x > 0.0 { max_x * 1.05 } else { 1.0 };
     let max_y = if max_y > 0.0 { max_y * 1.08 } else { 1.0 };
+    let banded = curves.iter().any(|c| c.ci95_h.is_some());
+    let caption = if banded {
+        "Mean JCT against load (band: 95% confidence interval over seeds)"
+    } else {
+        "Mean JCT against load (one seed: no interval)"
+    };
     let mut chart = ChartBuilder::on(root)
-        .caption(
-            "Mean JCT against load (band: 95% confidence interval over seeds)",
-            ("sans-serif", 22),
-        )
+        .caption(caption, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..max_x, 0.0..max_y)?;
+        .build_cartesian_2d(lo_x..hi_x, 0.0..max_y)?;
     chart
         .configure_mesh()
         .label_style(("sans-serif", 13))
@@ -151,10 +166,12 @@ fn draw_load_curves(root: &Root<'_>, curves: &[CurvePoint]) -> Result<(), DrawEr
         .x_desc("input job rate (jobs/hour)")
         .y_desc("mean job completion time (hours)")
         .draw()?;
+    let of = |policy: &str| -> Vec<&CurvePoint> {
+        curves.iter().filter(|c| c.policy == policy).collect()
+    };
+    // Every band first, then every line: no band hides a line.
     for (i, policy) in policies.iter().enumerate() {
-        let color = palette(i);
-        let points: Vec<&CurvePoint> = curves.iter().filter(|c| c.policy == *policy).collect();
-        let band: Vec<(f64, f64, f64)> = points
+        let band: Vec<(f64, f64, f64)> = of(policy)
             .iter()
             .filter_map(|c| c.ci95_h.map(|(lo, hi)| (c.jobs_per_hour, lo.max(0.0), hi)))
             .collect();
@@ -166,10 +183,13 @@ fn draw_load_curves(root: &Root<'_>, curves: &[CurvePoint]) -> Result<(), DrawEr
                 .collect();
             chart.draw_series(std::iter::once(Polygon::new(
                 outline,
-                color.mix(0.18).filled(),
+                palette(i).mix(0.15).filled(),
             )))?;
         }
-        let line: Vec<(f64, f64)> = points
+    }
+    for (i, policy) in policies.iter().enumerate() {
+        let color = palette(i);
+        let line: Vec<(f64, f64)> = of(policy)
             .iter()
             .map(|c| (c.jobs_per_hour, c.mean_jct_h))
             .collect();

@@ -212,7 +212,7 @@ pub const MAX_ARRIVAL_S: f64 = 1e9;
 /// of rounds. The estimate is a lower bound (each job at its best rate on as
 /// many copies as the cluster could hold; all the work spread over every GPU,
 /// twice over for space sharing), so nothing that could finish is refused.
-pub(super) fn affordable(workload: &Workload, round_s: f64) -> Result<()> {
+pub(crate) fn affordable(workload: &Workload, round_s: f64) -> Result<()> {
     let gpus = workload.cluster().num_gpus().max(1) as f64;
     let mut gpu_seconds = 0.0;
     let mut longest: Option<(f64, usize)> = None;

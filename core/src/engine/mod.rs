@@ -8,7 +8,7 @@
 //! after every round, so a real run killed at any moment resumes where its
 //! last saved round left it.
 
-mod check;
+pub(crate) mod check;
 mod knowledge;
 mod view;
 

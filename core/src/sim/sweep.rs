@@ -93,47 +93,69 @@ impl Sweep {
         })
     }
 
+    /// The cluster every point runs on.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
     /// The simulation settings every point runs with (but its seed).
     pub fn settings(&self) -> &SimSettings {
         &self.settings
     }
 
     /// Every point of `policies` x `loads` x `seeds`, loads outermost, so
-    /// that a sweep cut short has whole curves up to some load.
+    /// that a sweep cut short has whole curves up to some load; a value
+    /// given twice (or a policy under two names) makes no second point.
     pub fn points(policies: &[PolicyKind], loads: &[f64], seeds: &[u64]) -> Vec<Point> {
-        let mut points = Vec::with_capacity(policies.len() * loads.len() * seeds.len());
+        let mut points: Vec<Point> = Vec::with_capacity(policies.len() * loads.len() * seeds.len());
         for &jobs_per_hour in loads {
             for &seed in seeds {
                 for policy in policies {
-                    points.push(Point {
+                    let p = Point {
                         policy: policy.name().to_string(),
                         jobs_per_hour,
                         seed,
-                    });
+                    };
+                    if !points.contains(&p) {
+                        points.push(p);
+                    }
                 }
             }
         }
         points
     }
 
-    /// Generates the point's trace and simulates it under its policy.
-    pub fn run(&self, point: &Point) -> Result<PointResult> {
-        let kind = PolicyKind::parse(&point.policy)?;
+    /// The trace of a load and seed on the sweep's cluster: what
+    /// [`Sweep::run`] simulates, and a check of the inputs before a sweep
+    /// starts (a type the table lacks, a rate too low for the job ids).
+    pub fn workload(&self, jobs_per_hour: f64, seed: u64) -> Result<Arc<Workload>> {
         let spec = GeneratorSpec {
-            seed: point.seed,
-            jobs_per_hour: Some(point.jobs_per_hour),
+            seed,
+            jobs_per_hour: Some(jobs_per_hour),
             ..self.generator.clone()
         };
         let jobs = generate(&spec, &self.table)?;
-        let source = format!(
-            "generated ({} jobs/hour, seed {})",
-            point.jobs_per_hour, point.seed
-        );
+        let source = format!("generated ({jobs_per_hour} jobs/hour, seed {seed})");
         let workload = Workload::new(jobs, self.cluster.clone(), self.table.clone(), &source)?;
+        Ok(Arc::new(workload))
+    }
+
+    /// Checks the trace of a load and seed as a run would before its first
+    /// round (the cluster and table fit the jobs; the arrivals and the work
+    /// are within what a simulation can run), without simulating it.
+    pub fn check(&self, jobs_per_hour: f64, seed: u64) -> Result<()> {
+        let workload = self.workload(jobs_per_hour, seed)?;
+        crate::engine::check::affordable(&workload, self.settings.round_s)
+    }
+
+    /// Generates the point's trace and simulates it under its policy.
+    pub fn run(&self, point: &Point) -> Result<PointResult> {
+        let kind = PolicyKind::parse(&point.policy)?;
+        let workload = self.workload(point.jobs_per_hour, point.seed)?;
         let mut settings = self.settings.clone();
         settings.scheduler.seed = point.seed;
         settings.knowledge.noise_seed = point.seed;
-        let experiment = Experiment::new(Arc::new(workload), settings)?;
+        let experiment = Experiment::new(workload, settings)?;
         let s = experiment.run(kind, &mut |_| {})?.summary;
         Ok(PointResult {
             point: point.clone(),
@@ -164,6 +186,9 @@ pub struct CurvePoint {
     pub ci95_h: Option<(f64, f64)>,
     /// Whether every run finished all its measured jobs.
     pub complete: bool,
+    /// How many of its runs carry a warning from the simulator (for
+    /// example a window whose tail ran on a draining cluster).
+    pub flagged: usize,
 }
 
 /// The curves of `results`: one point per (policy, load), policies in the
@@ -197,6 +222,7 @@ pub fn curves(results: &[PointResult]) -> Vec<CurvePoint> {
                 mean_jct_h: mean(jcts.iter().copied()),
                 ci95_h: confidence_interval(&jcts),
                 complete: runs.iter().all(|r| r.jobs_completed == r.jobs_measured),
+                flagged: runs.iter().filter(|r| !r.warnings.is_empty()).count(),
             });
         }
     }
@@ -294,7 +320,14 @@ mod tests {
         };
         let spec = GeneratorSpec::new(GeneratorKind::PhillyLike, 100, 0);
         let sweep = Sweep::new(spec, cluster, table, settings).expect("sweep");
-        let points = Sweep::points(&[PolicyKind::MaxMinFairnessPerf], &[0.1, 1.0], &[3]);
+        let points = Sweep::points(
+            &[
+                PolicyKind::MaxMinFairnessPerf,
+                PolicyKind::MaxMinFairnessPerf,
+            ],
+            &[0.1, 1.0, 0.1],
+            &[3, 3],
+        );
         assert_eq!(points.len(), 2);
         let light = sweep.run(&points[0]).expect("light");
         let heavy = sweep.run(&points[1]).expect("heavy");
@@ -315,5 +348,8 @@ mod tests {
             ..points[0].clone()
         };
         assert!(sweep.run(&bad).is_err());
+        // A rate so low that the arrivals pass what a run can hold.
+        assert!(sweep.check(0.1, 3).is_ok());
+        assert!(sweep.check(1e-9, 3).is_err());
     }
 }
