@@ -139,19 +139,31 @@ pub(super) fn place_on_one_node(
     let node_of = |g: GpuId| cluster.gpu(g).node;
     let spans = |gpus: &[GpuId]| gpus.iter().any(|&g| node_of(g) != node_of(gpus[0]));
     let mut used: HashSet<GpuId> = plan.tasks.iter().flat_map(|t| t.gpus.clone()).collect();
-    let mut dropped = Vec::new();
-    for t in &mut plan.tasks {
-        let may_span = multi_node && workload.jobs()[t.job.index()].placement.span_nodes;
-        if t.gpus.is_empty() || may_span || !spans(&t.gpus) {
-            continue;
+    // Every task that must move is taken off first, so that each can land
+    // on GPUs another one held: moved one at a time, a full plan whose
+    // gangs were spread over every node found no node with room for any
+    // of them, and a cluster of 4-GPU nodes ran nothing at all.
+    let mut movers: Vec<usize> = (0..plan.tasks.len())
+        .filter(|&i| {
+            let t = &plan.tasks[i];
+            let may_span = multi_node && workload.jobs()[t.job.index()].placement.span_nodes;
+            !(t.gpus.is_empty() || may_span || !spans(&t.gpus))
+        })
+        .collect();
+    for &i in &movers {
+        for g in &plan.tasks[i].gpus {
+            used.remove(g);
         }
+    }
+    // The biggest first: fewer nodes have room for them.
+    movers.sort_by_key(|&i| std::cmp::Reverse(plan.tasks[i].gpus.len()));
+    let mut dropped = Vec::new();
+    for i in movers {
+        let t = &mut plan.tasks[i];
         let n = t.gpus.len();
         let mut types: Vec<GpuTypeId> = t.gpus.iter().map(|&g| cluster.gpu(g).gpu_type).collect();
         types.sort();
         types.dedup();
-        for g in &t.gpus {
-            used.remove(g);
-        }
         let free_on = |ty: GpuTypeId, node: usize| -> Vec<GpuId> {
             (0..cluster.gpus().len())
                 .map(|i| GpuId(i as u32))
@@ -173,10 +185,12 @@ pub(super) fn place_on_one_node(
             .map(|(ty, node)| free_on(ty, node))
             .find(|gpus| gpus.len() == n);
         match moved {
-            Some(gpus) => t.gpus = gpus,
+            Some(gpus) => {
+                used.extend(gpus.iter().copied());
+                t.gpus = gpus;
+            }
             None => dropped.push(t.job),
         }
-        used.extend(t.gpus.iter().copied());
     }
     plan.tasks.retain(|t| !dropped.contains(&t.job));
     dropped

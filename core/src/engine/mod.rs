@@ -674,8 +674,10 @@ mod tests {
         t.set_isolated("s", 1, "k80", 1.0);
         let mut g = Job::single_gpu(0, "g", 10);
         g.scale_factor = 2;
+        let mut g2 = Job::single_gpu(2, "g", 10);
+        g2.scale_factor = 2;
         let w = Workload::new(
-            vec![g, Job::single_gpu(1, "s", 10)],
+            vec![g, Job::single_gpu(1, "s", 10), g2],
             cluster,
             Arc::new(t),
             "t",
@@ -708,6 +710,13 @@ mod tests {
             vec![JobId(0)]
         );
         assert_eq!(p.tasks.len(), 1);
+        // Two gangs each spread over both v100 nodes: each gets a node of
+        // its own (moved one at a time, each found the other in its way).
+        let mut p = plan(vec![task(0, &[0, 2]), task(2, &[1, 3])]);
+        assert!(check::place_on_one_node(&w, &[], &mut p, false).is_empty());
+        let nodes = |t: &Task| -> Vec<u32> { t.gpus.iter().map(|&g| g.0 / 2).collect() };
+        assert_eq!(nodes(&p.tasks[0]), [0, 0], "{:?}", p.tasks);
+        assert_eq!(nodes(&p.tasks[1]), [1, 1], "{:?}", p.tasks);
     }
 
     #[test]
