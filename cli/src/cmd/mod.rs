@@ -20,3 +20,17 @@ pub fn check_round_seconds(s: f64) -> Result<(), crate::exit::CliError> {
         )))
     }
 }
+
+/// `--cluster` (`TYPE=COUNT,...` or a cluster file) as `simulate`, `sweep`,
+/// `trace check` and `run` read it, with the backends' keys a cluster file
+/// may hold.
+pub fn cluster_arg(
+    spec: &str,
+    gpus_per_node: u32,
+) -> Result<std::sync::Arc<hadar_core::cluster::Cluster>, crate::exit::CliError> {
+    Ok(std::sync::Arc::new(hadar_core::cluster::Cluster::from_arg(
+        spec,
+        gpus_per_node,
+        &crate::backends::registry().node_keys(),
+    )?))
+}

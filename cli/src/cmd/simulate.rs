@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use hadar_core::cluster::Cluster;
 use hadar_core::engine::{KnowledgeSettings, ThroughputKnowledge};
 use hadar_core::fork_model::ForkModel;
 use hadar_core::lp::LpSolver;
@@ -339,11 +338,7 @@ pub fn load_workload(
     gpus_per_node: u32,
 ) -> Result<(Arc<Workload>, String), CliError> {
     let table = Arc::new(ThroughputTable::load(throughputs)?);
-    let cluster = Arc::new(Cluster::from_arg(
-        cluster,
-        gpus_per_node,
-        &crate::backends::registry().node_keys(),
-    )?);
+    let cluster = super::cluster_arg(cluster, gpus_per_node)?;
     let name = trace.unwrap_or(DEFAULT_TRACE);
     let (jobs, source) = match embedded_trace(name) {
         Some(text) if !Path::new(name).exists() => (
@@ -371,11 +366,7 @@ fn load_jobs(
     gpus_per_node: u32,
 ) -> Result<(Arc<Workload>, String), CliError> {
     let jobs = hadar_runtime::jobs::read_jobs(path)?;
-    let cluster = Arc::new(Cluster::from_arg(
-        cluster,
-        gpus_per_node,
-        &crate::backends::registry().node_keys(),
-    )?);
+    let cluster = super::cluster_arg(cluster, gpus_per_node)?;
     // Rates the file leaves out are estimated as `hadar run` starts from
     // them; here the simulator also runs the jobs at those estimates.
     let (jobs, table, estimated) = hadar_runtime::jobs::to_model(&jobs, cluster.gpu_types());

@@ -313,11 +313,7 @@ fn sort_points(results: &mut [PointResult], asked: &[PolicyKind]) {
 /// The sweep the arguments describe.
 fn build(args: &SweepArgs) -> Result<Sweep, CliError> {
     let table = Arc::new(ThroughputTable::load(&args.throughputs)?);
-    let cluster = Arc::new(Cluster::from_arg(
-        &args.cluster,
-        args.gpus_per_node,
-        &crate::backends::registry().node_keys(),
-    )?);
+    let cluster = super::cluster_arg(&args.cluster, args.gpus_per_node)?;
     let kind = match args.generator {
         Generator::Offline => GeneratorKind::Offline,
         Generator::Philly => GeneratorKind::PhillyLike,

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand, ValueEnum};
-use hadar_core::cluster::Cluster;
 use hadar_core::throughput::ThroughputTable;
 use hadar_core::trace::generate::{generate, GeneratorKind, GeneratorSpec};
 use hadar_core::trace::{read_trace, write_trace, TraceFormat};
@@ -280,11 +279,7 @@ struct TraceSummary {
 fn run_check(args: CheckArgs) -> Result<(), CliError> {
     let (jobs, format) = read_trace(&args.trace)?;
     let table = Arc::new(ThroughputTable::load(&args.throughputs)?);
-    let cluster = Arc::new(Cluster::from_arg(
-        &args.cluster,
-        args.gpus_per_node,
-        &crate::backends::registry().node_keys(),
-    )?);
+    let cluster = super::cluster_arg(&args.cluster, args.gpus_per_node)?;
     let source = args.trace.display().to_string();
     let workload = Workload::new(jobs, cluster.clone(), table.clone(), &source)?;
     let summary = summarize(&workload, format, source);
@@ -423,6 +418,7 @@ fn fmt_s(x: f64) -> String {
 mod tests {
     use super::*;
     use clap::Parser;
+    use hadar_core::cluster::Cluster;
 
     #[derive(Debug, Parser)]
     struct Cli {
