@@ -207,6 +207,23 @@ fn pai_helios_and_acme() {
         (s["jobs"].as_u64(), s["gangs"]["2"].as_u64()),
         (Some(2), Some(1))
     );
+    // Imported again without the machine list: the earlier cluster file
+    // goes, so that it is not taken for this import's.
+    let out = dir.path().join("out");
+    assert!(out.join("cluster.toml").exists());
+    let o = hadar(&[
+        "trace",
+        "import",
+        "pai",
+        "--jobs",
+        &jobs,
+        "--tasks",
+        &tasks,
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(!out.join("cluster.toml").exists());
 
     let dir = tempfile::tempdir().expect("tmp");
     let log = write(

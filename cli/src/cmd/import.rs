@@ -256,6 +256,16 @@ fn finish(imported: Imported, args: &CommonArgs) -> Result<(), CliError> {
     for (name, text) in &written {
         super::trace::write_atomically(&dir.join(name), text.as_bytes())?;
     }
+    if converted.cluster.is_none() {
+        // An earlier import's cluster would sit beside jobs it does not fit.
+        let stale = dir.join("cluster.toml");
+        match std::fs::remove_file(&stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(CliError::output(stale.display(), e))
+            }
+            _ => {}
+        }
+    }
     if args.json {
         println!("{json}");
     } else {

@@ -189,6 +189,19 @@ openb-pod-0061,11908,47104,1,1000,,BE,Pending,10001278,10001403,
     }
 
     #[test]
+    fn names_that_meet_once_made_safe_stay_apart() {
+        let nodes = "sn,cpu_milli,memory_mib,gpu,model\nn 1,1,1,8,G3\nn_1,1,1,8,G3\n,1,1,2,G3\n";
+        let c = import(PODS, "pods.csv", Some((nodes, "nodes.csv")))
+            .unwrap()
+            .convert(&crate::trace::import::ImportOptions::default())
+            .unwrap();
+        let toml = c.cluster.unwrap();
+        let cluster = crate::cluster::Cluster::from_toml_str(&toml, "cluster.toml").unwrap();
+        let names: Vec<&str> = cluster.nodes().iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["n_1", "n_1-2", "node"]);
+    }
+
+    #[test]
     fn a_list_without_times_is_refused_with_what_to_do() {
         let e = import(
             "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nopenb-pod-0000,12000,16384,1,1000\n",

@@ -363,14 +363,30 @@ impl Imported {
             self.format,
             order.join(", ")
         );
+        // Names made safe may meet (`m 1` and `m_1`): a cluster's node
+        // names are unique, so a repeat gets a suffix.
+        let mut taken: BTreeSet<String> = BTreeSet::new();
         for n in nodes {
+            let base = match read::clean(&n.name) {
+                c if c.is_empty() => "node".to_string(),
+                c => c,
+            };
+            let name = (1..)
+                .map(|k| {
+                    if k == 1 {
+                        base.clone()
+                    } else {
+                        format!("{base}-{k}")
+                    }
+                })
+                .find(|c| !taken.contains(c))
+                .unwrap_or_default();
             let _ = write!(
                 out,
-                "\n[[node]]\nname = \"{}\"\ngpus = {{ \"{}\" = {} }}\n",
-                read::clean(&n.name),
-                n.gpu_type,
-                n.gpus
+                "\n[[node]]\nname = \"{name}\"\ngpus = {{ \"{}\" = {} }}\n",
+                n.gpu_type, n.gpus
             );
+            taken.insert(name);
         }
         Some(out)
     }
