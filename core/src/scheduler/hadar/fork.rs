@@ -1,6 +1,7 @@
 //! HadarE: forking jobs into copies on GPUs left free.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::cluster::{GpuId, GpuTypeId};
 use crate::job::JobId;
@@ -76,24 +77,25 @@ impl HadarScheduler {
                 f64::INFINITY
             }
         };
-        // No job scores above this: the first that reaches it wins.
-        let top = if makespan { f64::INFINITY } else { 1.0 };
+        // The jobs a copy may go to, by score. Why a job may get none (fork
+        // off, before the warm-up, its next copy's gain too small) depends
+        // on the job and its copy count alone, so it is decided when the job
+        // enters the queue and again each time it gets a copy.
+        let mut queue = Queue::default();
+        for (at, &j) in order.iter().enumerate() {
+            let k = copies.get(&j).copied().unwrap_or(0);
+            if self.may_copy(w, j, k) {
+                queue.insert(score(j, k), at);
+            }
+        }
         let mut cursor = 0usize;
-        // Jobs (by position in `order`) that can get no copy this round
-        // whatever the slot: why (fork off, before the warm-up, its next
-        // copy's gain too small) depends on the job and its copy count
-        // alone, and that count changes only when the job gets a copy,
-        // which it then never does.
-        // When none is left, the rest of the free slots are not looked at.
-        let mut out = vec![false; order.len()];
-        let mut left = order.len();
         for ty in 0..cluster.gpu_types().len() {
-            if left == 0 {
+            if queue.is_empty() {
                 break;
             }
             let nodes: Vec<u32> = self.picker.nodes_of_type(ty).to_vec();
             for node in nodes {
-                if left == 0 {
+                if queue.is_empty() {
                     break;
                 }
                 loop {
@@ -102,26 +104,23 @@ impl HadarScheduler {
                         break;
                     }
                     let slot = Slot {
-                        node,
                         ty: GpuTypeId(ty as u16),
                         free: free.len() as u32,
                     };
-                    let rotation = Rotation {
-                        order,
-                        cursor,
-                        score: &score,
-                        top,
-                    };
-                    let mut candidates = Candidates {
-                        out: &mut out,
-                        left: &mut left,
-                    };
-                    let Some((j, g, step)) =
-                        self.best_copy(w, &rotation, slot, &copies, &nodes_used, &mut candidates)
-                    else {
+                    // The best score first; among equals the first in the
+                    // rotation from the cursor; a job with a copy on this
+                    // node already, or no rate here, is passed over.
+                    let Some((at, g)) = queue.first_fit(cursor, |at| {
+                        let j = order[at];
+                        if nodes_used.get(&j).is_some_and(|n| n.contains(&node)) {
+                            return None;
+                        }
+                        copy_size(w, j, slot)
+                    }) else {
                         break;
                     };
-                    cursor = (cursor + step + 1) % order.len();
+                    let j = order[at];
+                    cursor = (at + 1) % order.len();
                     let gpus: Vec<GpuId> = free[..g as usize].to_vec();
                     self.picker.take(cluster, &gpus);
                     let copy = next_copy.entry(j).or_insert(1);
@@ -131,87 +130,98 @@ impl HadarScheduler {
                         gpus,
                     });
                     *copy += 1;
-                    *copies.entry(j).or_default() += 1;
+                    let k = copies.entry(j).or_default();
+                    *k += 1;
+                    let k = *k;
                     nodes_used.entry(j).or_default().insert(node);
+                    queue.remove(at);
+                    if self.may_copy(w, j, k) {
+                        queue.insert(score(j, k), at);
+                    }
                 }
             }
         }
     }
 
-    /// The job (with its copy's GPU count and its step in the rotation)
-    /// that scores highest for a copy on `slot`, among those a copy gains.
-    fn best_copy(
+    /// Whether job `j`, running `k` copies, may get one more: forking is
+    /// on for it (`fork = false`: its gang or nothing), it is past the
+    /// warm-up if it runs already, and the copy gains, by at least the
+    /// minimum gain.
+    fn may_copy(&self, w: &Workload, j: JobId, k: u32) -> bool {
+        let gain = self.fork_curves.curve(j.index()).marginal(k);
+        let warm = self.warm.get(j.index()).copied().unwrap_or(true);
+        w.jobs()[j.index()].placement.fork
+            && (k == 0 || warm)
+            && gain > TIE
+            && gain >= self.settings.fork_min_gain
+    }
+}
+
+/// The GPUs a copy of job `j` takes on `slot`: up to its gang on the slot's
+/// type, the most the table has a rate for; `None` where it has none.
+fn copy_size(w: &Workload, j: JobId, slot: Slot) -> Option<u32> {
+    let max = slot.free.min(w.gang(j.index(), slot.ty).unwrap_or(0));
+    (1..=max)
+        .rev()
+        .find(|&g| w.rate_at(j.index(), g, slot.ty).is_some_and(|r| r > 0.0))
+}
+
+/// The jobs a copy may go to, as positions in the order, grouped by score
+/// (highest first). Scanning every job for every free slot took 81% of a
+/// 2,000-GPU run with thousands of jobs; the best score's group is found at
+/// once, and within it the rotation from the cursor is a range of a set.
+#[derive(Debug, Default)]
+struct Queue {
+    by_score: BTreeMap<Reverse<u64>, BTreeSet<usize>>,
+    key_of: HashMap<usize, Reverse<u64>>,
+}
+
+impl Queue {
+    /// The key of a score: scores are at least 0 (gains above [`TIE`],
+    /// times to finish) or infinite, where a float's bits sort as it does.
+    fn key(score: f64) -> Reverse<u64> {
+        Reverse(score.max(0.0).to_bits())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.key_of.is_empty()
+    }
+
+    fn insert(&mut self, score: f64, at: usize) {
+        let key = Self::key(score);
+        self.by_score.entry(key).or_default().insert(at);
+        self.key_of.insert(at, key);
+    }
+
+    fn remove(&mut self, at: usize) {
+        if let Some(key) = self.key_of.remove(&at) {
+            if let Some(set) = self.by_score.get_mut(&key) {
+                set.remove(&at);
+                if set.is_empty() {
+                    self.by_score.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The first position, best score first and from `cursor` on (then
+    /// wrapping) among equal scores, that `fit` accepts, with what it gave.
+    fn first_fit<T>(
         &self,
-        w: &Workload,
-        rotation: &Rotation<'_>,
-        slot: Slot,
-        copies: &HashMap<JobId, u32>,
-        nodes_used: &HashMap<JobId, HashSet<u32>>,
-        candidates: &mut Candidates<'_>,
-    ) -> Option<(JobId, u32, usize)> {
-        let order = rotation.order;
-        let mut best: Option<(f64, JobId, u32, usize)> = None;
-        for step in 0..order.len() {
-            let at = (rotation.cursor + step) % order.len();
-            if candidates.out[at] {
-                continue;
-            }
-            let j = order[at];
-            // `fork = false`: the job runs as its gang or not at all; no
-            // copy before the warm-up; none that adds too little.
-            let k = copies.get(&j).copied().unwrap_or(0);
-            let gain = self.fork_curves.curve(j.index()).marginal(k);
-            if !w.jobs()[j.index()].placement.fork
-                || (k >= 1 && !self.warm.get(j.index()).copied().unwrap_or(true))
-                || gain <= TIE
-                || gain < self.settings.fork_min_gain
-            {
-                candidates.out[at] = true;
-                *candidates.left -= 1;
-                continue;
-            }
-            if nodes_used.get(&j).is_some_and(|n| n.contains(&slot.node)) {
-                continue;
-            }
-            let score = (rotation.score)(j, k);
-            if best.is_some_and(|b| score <= b.0 + TIE * b.0.abs().max(1.0)) {
-                continue;
-            }
-            // Up to the job's gang on the slot's type (0: not accepted).
-            let max = slot.free.min(w.gang(j.index(), slot.ty).unwrap_or(0));
-            let size = (1..=max)
-                .rev()
-                .find(|&g| w.rate_at(j.index(), g, slot.ty).is_some_and(|r| r > 0.0));
-            if let Some(g) = size {
-                best = Some((score, j, g, step));
-                if score >= rotation.top - TIE {
-                    break;
-                }
-            }
-        }
-        best.map(|(_, j, g, step)| (j, g, step))
+        cursor: usize,
+        mut fit: impl FnMut(usize) -> Option<T>,
+    ) -> Option<(usize, T)> {
+        self.by_score.values().find_map(|set| {
+            set.range(cursor..)
+                .chain(set.range(..cursor))
+                .find_map(|&at| fit(at).map(|t| (at, t)))
+        })
     }
-}
-
-/// The jobs a slot may go to: `order` from `cursor` on, and how each
-/// scores with `k` copies (higher first, none above `top`).
-struct Rotation<'a> {
-    order: &'a [JobId],
-    cursor: usize,
-    score: &'a dyn Fn(JobId, u32) -> f64,
-    top: f64,
-}
-
-/// Which jobs of the rotation can still get a copy this round.
-struct Candidates<'a> {
-    out: &'a mut [bool],
-    left: &'a mut usize,
 }
 
 /// A node's free GPUs of one type.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    node: u32,
     ty: GpuTypeId,
     free: u32,
 }
