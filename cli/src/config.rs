@@ -39,7 +39,12 @@ pub struct Config {
 const CONFIGURED: [&str; 3] = ["run", "simulate", "sweep"];
 
 /// Flags that are not settings (they say what to do, not how).
-const NOT_SETTINGS: [&str; 5] = ["help", "version", "config", "verbose", "explain"];
+/// `fresh` discards a sweep's runs: only ever on the command line.
+const NOT_SETTINGS: [&str; 6] = ["help", "version", "config", "verbose", "explain", "fresh"];
+
+/// Flags that are settings of other subcommands but not of these: a
+/// simulation's `out` in a configuration file is not where sweeps go.
+const NOT_SETTINGS_OF: [(&str, &str); 1] = [("sweep", "out")];
 
 /// Each configurable key, with the subcommands that have it.
 fn known_keys() -> BTreeMap<String, Vec<&'static str>> {
@@ -51,7 +56,7 @@ fn known_keys() -> BTreeMap<String, Vec<&'static str>> {
         };
         for a in c.get_arguments() {
             if let Some(long) = a.get_long() {
-                if !NOT_SETTINGS.contains(&long) {
+                if !NOT_SETTINGS.contains(&long) && !NOT_SETTINGS_OF.contains(&(sub, long)) {
                     keys.entry(long.replace('-', "_")).or_default().push(sub);
                 }
             }
@@ -90,8 +95,8 @@ fn unknown(key: &str, source: &str, known: &BTreeMap<String, Vec<&str>>) -> CliE
         .map(|k| format!(" (did you mean `{k}`?)"))
         .unwrap_or_default();
     CliError::Input(format!(
-        "{source}: unknown key `{key}`{hint}; keys are the long flags of `hadar run` and \
-         `hadar simulate` with underscores (`hadar config show` lists what is set)"
+        "{source}: unknown key `{key}`{hint}; keys are the long flags of `hadar run`, \
+         `hadar simulate` and `hadar sweep` with underscores (`hadar config show` lists what is set)"
     ))
 }
 
@@ -367,6 +372,8 @@ mod tests {
         assert_eq!(keys["policy"], vec!["run", "simulate", "sweep"]);
         assert_eq!(keys["state"], vec!["run"]);
         assert_eq!(keys["round_seconds"], vec!["run", "simulate", "sweep"]);
+        assert_eq!(keys["out"], vec!["simulate"]);
+        assert!(!keys.contains_key("fresh"));
         assert!(keys.contains_key("hadar_horizon"));
         assert!(!keys.contains_key("help") && !keys.contains_key("config"));
     }

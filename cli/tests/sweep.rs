@@ -144,8 +144,17 @@ fn a_sweep_runs_its_grid_writes_its_files_and_resumes() {
         err.contains("--round-seconds: the sweep's 360.0, asked 60.0") && err.contains("--fresh"),
         "{err}"
     );
-    // The same cluster written another way is the same sweep.
+    // The same cluster written another way (a file) is the same sweep.
     let out = dir.display().to_string();
+    let file = tmp.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "[[node]]\nname = \"a\"\ncount = 2\ngpus = { v100 = 1 }\n\
+         [[node]]\nname = \"b\"\ncount = 2\ngpus = { p100 = 1 }\n\
+         [[node]]\nname = \"c\"\ncount = 2\ngpus = { k80 = 1 }\n",
+    )
+    .expect("cluster file");
+    let file = file.display().to_string();
     let o = hadar(&[
         "sweep",
         "--jobs",
@@ -153,7 +162,7 @@ fn a_sweep_runs_its_grid_writes_its_files_and_resumes() {
         "--window",
         "30..70",
         "--cluster",
-        "k80=2,v100=2,p100=2",
+        &file,
         "--policy",
         "max_min_fairness",
         "--loads",

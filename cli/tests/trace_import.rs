@@ -224,6 +224,25 @@ fn pai_helios_and_acme() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(!out.join("cluster.toml").exists());
+    // One the user wrote is theirs.
+    std::fs::write(
+        out.join("cluster.toml"),
+        "[[node]]\nname = \"mine\"\ngpus = { v100 = 1 }\n",
+    )
+    .expect("own cluster");
+    let o = hadar(&[
+        "trace",
+        "import",
+        "pai",
+        "--jobs",
+        &jobs,
+        "--tasks",
+        &tasks,
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(out.join("cluster.toml").exists());
 
     let dir = tempfile::tempdir().expect("tmp");
     let log = write(

@@ -257,13 +257,15 @@ fn finish(imported: Imported, args: &CommonArgs) -> Result<(), CliError> {
         super::trace::write_atomically(&dir.join(name), text.as_bytes())?;
     }
     if converted.cluster.is_none() {
-        // An earlier import's cluster would sit beside jobs it does not fit.
+        // An earlier import's cluster would sit beside jobs it does not
+        // fit; one the user wrote (no import header) is left alone.
         let stale = dir.join("cluster.toml");
-        match std::fs::remove_file(&stale) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(CliError::output(stale.display(), e))
-            }
-            _ => {}
+        let ours = std::fs::read_to_string(&stale).is_ok_and(|t| {
+            t.starts_with("# The machine list of a")
+                && t.contains("written by `hadar trace import`")
+        });
+        if ours {
+            std::fs::remove_file(&stale).map_err(|e| CliError::output(stale.display(), e))?;
         }
     }
     if args.json {

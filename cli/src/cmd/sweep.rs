@@ -342,14 +342,22 @@ fn build(args: &SweepArgs) -> Result<Sweep, CliError> {
 /// its shape (GPUs per type, nodes per make-up), so that the same cluster
 /// written another way is the same sweep.
 fn fingerprint(args: &SweepArgs, sweep: &Sweep) -> Value {
-    json!({
+    canonical(json!({
+        "hadar": env!("CARGO_PKG_VERSION"),
         "generator": format!("{:?}", args.generator).to_lowercase(),
         "jobs": args.jobs,
         "multi_gpu": args.multi_gpu,
         "throughputs": args.throughputs,
         "cluster": cluster_shape(sweep.cluster()),
         "simulation": sweep.settings(),
-    })
+    }))
+}
+
+/// `v` as the settings file will read back (a number of 17 digits may
+/// come back one unit in the last place off): what is compared is what a
+/// resumed sweep will read.
+fn canonical(v: Value) -> Value {
+    serde_json::from_str(&v.to_string()).unwrap_or(v)
 }
 
 fn cluster_shape(cluster: &Cluster) -> Value {
@@ -367,7 +375,8 @@ fn cluster_shape(cluster: &Cluster) -> Value {
         parts.sort();
         *nodes.entry(parts.join(" + ")).or_default() += 1;
     }
-    json!({ "gpus": gpus, "nodes": nodes })
+    // The types' order too: it numbers the GPUs, which breaks ties.
+    json!({ "types": cluster.gpu_types(), "gpus": gpus, "nodes": nodes })
 }
 
 /// A point's identity in the files (the load as JSON writes it, exactly).
@@ -410,8 +419,9 @@ fn open_dir(
             points_path.display()
         )));
     }
-    fs::write(&settings_path, pretty(fingerprint))
-        .map_err(|e| CliError::output(settings_path.display(), e))?;
+    if fresh || !settings_path.exists() {
+        write_atomically(&settings_path, &pretty(fingerprint))?;
+    }
     Ok((lock, read_points(&points_path)?))
 }
 
@@ -524,18 +534,22 @@ const FLAGS: [(&str, &str); 9] = [
     ("simulation.scheduler.solver", "--solver"),
 ];
 
-/// The finished runs in `path`, each point once. Lines that cannot be
-/// read (a write cut short) or repeat a point are dropped, and the file is
-/// rewritten without them, so that they are told once and the runs redone.
+/// The finished runs in `path`, each point once. A line that cannot be
+/// read (a write cut short, another version's format) is moved to
+/// `points.bad` and a repeated point dropped, and the file is rewritten
+/// without them, so that each is told once and its run redone.
 fn read_points(path: &Path) -> Result<Vec<PointResult>, CliError> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(CliError::Input(format!("{}: {e}", path.display()))),
     };
+    // Lossy: a line torn inside a character must not refuse the rest.
+    let text = String::from_utf8_lossy(&bytes);
     let mut out: Vec<PointResult> = Vec::new();
     let mut seen = HashSet::new();
-    let mut dropped = 0;
+    let mut bad = String::new();
+    let mut repeated = 0;
     for (i, line) in text
         .lines()
         .enumerate()
@@ -543,28 +557,42 @@ fn read_points(path: &Path) -> Result<Vec<PointResult>, CliError> {
     {
         match serde_json::from_str::<PointResult>(line) {
             Ok(r) if seen.insert(key(&r.point)) => out.push(r),
-            Ok(_) => dropped += 1,
+            Ok(_) => repeated += 1,
             Err(e) => {
-                dropped += 1;
                 eprintln!(
-                    "warning: {}:{}: not a finished run ({e}); it runs again",
-                    path.display(),
+                    "warning: {}:{}: not a finished run ({e}); it runs again (the line is \
+                     kept in points.bad)",
+                    crate::report::escape(&path.display().to_string()),
                     i + 1
                 );
+                bad.push_str(line);
+                bad.push('\n');
             }
         }
     }
-    if dropped > 0 {
-        let mut clean = String::new();
-        for r in &out {
-            clean.push_str(&point_line(r));
-        }
-        let tmp = path.with_extension("jsonl.tmp");
-        fs::write(&tmp, clean)
-            .and_then(|()| fs::rename(&tmp, path))
-            .map_err(|e| CliError::output(path.display(), e))?;
+    if !bad.is_empty() {
+        let bad_path = path.with_file_name("points.bad");
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&bad_path)
+            .and_then(|mut f| f.write_all(bad.as_bytes()))
+            .map_err(|e| CliError::output(bad_path.display(), e))?;
+    }
+    if !bad.is_empty() || repeated > 0 {
+        let clean: String = out.iter().map(point_line).collect();
+        write_atomically(path, &clean)?;
     }
     Ok(out)
+}
+
+/// Writes `text` to `path` through a temporary file and a rename, so that
+/// a kill leaves the old file or the new one, never half of one.
+fn write_atomically(path: &Path, text: &str) -> Result<(), CliError> {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, text)
+        .and_then(|()| fs::rename(&tmp, path))
+        .map_err(|e| CliError::output(path.display(), e))
 }
 
 /// A run as its line in the points file.
@@ -617,7 +645,17 @@ fn run_points(
     hadar_core::parallel::for_each(
         todo,
         threads,
-        |p| sweep.run(p),
+        |p| {
+            // A panic is one failed run, not the end of the sweep (the
+            // default hook has printed it).
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sweep.run(p))).unwrap_or_else(
+                |_| {
+                    Err(hadar_core::Error::Executor {
+                        source: "the simulation panicked (a defect; please report it)".into(),
+                    })
+                },
+            )
+        },
         |i, r| {
             bar.inc(1);
             match r {
@@ -775,7 +813,9 @@ fn print_flags(results: &[PointResult]) {
 /// An arrival rate above 0.
 fn rate(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        // As points.jsonl will read it back, so that a resumed run's
+        // load is the same number.
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(serde_json::from_str(&x.to_string()).unwrap_or(x)),
         _ => Err(format!("`{s}` is not a rate in jobs per hour above 0")),
     }
 }
@@ -844,10 +884,15 @@ mod tests {
 
     #[test]
     fn clusters_written_two_ways_are_one_shape() {
-        let a = Cluster::from_short_form("v100=4,p100=4", 1).expect("a");
-        let b = Cluster::from_short_form("p100=4,v100=4", 1).expect("b");
-        let c = Cluster::from_short_form("v100=4,p100=4", 2).expect("c");
+        let a = Cluster::from_short_form("v100=2,p100=2", 1).expect("a");
+        let file = "[[node]]\nname = \"x\"\ncount = 2\ngpus = { v100 = 1 }\n\
+                    [[node]]\nname = \"y\"\ncount = 2\ngpus = { p100 = 1 }\n";
+        let b = Cluster::from_toml_str(file, "c.toml").expect("b");
+        let c = Cluster::from_short_form("v100=2,p100=2", 2).expect("c");
+        // The types' order numbers the GPUs, which breaks ties: another sweep.
+        let d = Cluster::from_short_form("p100=2,v100=2", 1).expect("d");
         assert_eq!(cluster_shape(&a), cluster_shape(&b));
         assert_ne!(cluster_shape(&a), cluster_shape(&c));
+        assert_ne!(cluster_shape(&a), cluster_shape(&d));
     }
 }

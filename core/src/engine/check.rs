@@ -138,7 +138,6 @@ pub(super) fn place_on_one_node(
     let cluster = workload.cluster();
     let node_of = |g: GpuId| cluster.gpu(g).node;
     let spans = |gpus: &[GpuId]| gpus.iter().any(|&g| node_of(g) != node_of(gpus[0]));
-    let mut used: HashSet<GpuId> = plan.tasks.iter().flat_map(|t| t.gpus.clone()).collect();
     // Every task that must move is taken off first, so that each can land
     // on GPUs another one held: moved one at a time, a full plan whose
     // gangs were spread over every node found no node with room for any
@@ -150,11 +149,12 @@ pub(super) fn place_on_one_node(
             !(t.gpus.is_empty() || may_span || !spans(&t.gpus))
         })
         .collect();
-    for &i in &movers {
-        for g in &plan.tasks[i].gpus {
-            used.remove(g);
-        }
-    }
+    // The GPUs of the tasks that stay (a mover's GPU that a staying task
+    // shares stays taken).
+    let mut used: HashSet<GpuId> = (0..plan.tasks.len())
+        .filter(|i| !movers.contains(i))
+        .flat_map(|i| plan.tasks[i].gpus.iter().copied())
+        .collect();
     // The biggest first: fewer nodes have room for them.
     movers.sort_by_key(|&i| std::cmp::Reverse(plan.tasks[i].gpus.len()));
     let mut dropped = Vec::new();

@@ -717,6 +717,10 @@ mod tests {
         let nodes = |t: &Task| -> Vec<u32> { t.gpus.iter().map(|&g| g.0 / 2).collect() };
         assert_eq!(nodes(&p.tasks[0]), [0, 0], "{:?}", p.tasks);
         assert_eq!(nodes(&p.tasks[1]), [1, 1], "{:?}", p.tasks);
+        // A GPU the mover shares with a task that stays is not free for it.
+        let mut p = plan(vec![task(1, &[0]), task(0, &[0, 2])]);
+        assert!(check::place_on_one_node(&w, &[], &mut p, false).is_empty());
+        assert_eq!(p.tasks[1].gpus, vec![GpuId(2), GpuId(3)]);
     }
 
     #[test]

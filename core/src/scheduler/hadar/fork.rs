@@ -11,7 +11,7 @@ use crate::workload::Workload;
 
 use super::HadarScheduler;
 
-/// Gains closer than this tie (the earlier job in the rotation wins).
+/// A copy must gain more than this (a gain this small is rounding).
 const TIE: f64 = 1e-12;
 
 impl HadarScheduler {
