@@ -210,19 +210,15 @@ fn pai_helios_and_acme() {
     // Imported again without the machine list: the earlier cluster file
     // goes, so that it is not taken for this import's.
     let out = dir.path().join("out");
+    let out_s = out.display().to_string();
+    let reimport = || {
+        let o = hadar(&[
+            "trace", "import", "pai", "--jobs", &jobs, "--tasks", &tasks, "--out", &out_s,
+        ]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    };
     assert!(out.join("cluster.toml").exists());
-    let o = hadar(&[
-        "trace",
-        "import",
-        "pai",
-        "--jobs",
-        &jobs,
-        "--tasks",
-        &tasks,
-        "--out",
-        &out.display().to_string(),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    reimport();
     assert!(!out.join("cluster.toml").exists());
     // One the user wrote is theirs.
     std::fs::write(
@@ -230,18 +226,7 @@ fn pai_helios_and_acme() {
         "[[node]]\nname = \"mine\"\ngpus = { v100 = 1 }\n",
     )
     .expect("own cluster");
-    let o = hadar(&[
-        "trace",
-        "import",
-        "pai",
-        "--jobs",
-        &jobs,
-        "--tasks",
-        &tasks,
-        "--out",
-        &out.display().to_string(),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    reimport();
     assert!(out.join("cluster.toml").exists());
 
     let dir = tempfile::tempdir().expect("tmp");
