@@ -3,14 +3,9 @@
 //! local backend (examples/local/alternatives.toml).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn hadar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args(args)
-        .output()
-        .expect("run hadar")
-}
+mod common;
+use common::hadar;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -3,12 +3,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-fn hadar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args(args)
-        .output()
-        .expect("run hadar")
-}
+mod common;
+use common::hadar;
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -5,13 +5,10 @@
 //! line.
 
 mod common;
+use common::text;
 
 use std::path::Path;
 use std::process::{Command, Output};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// `hadar ARGS` in `dir`, with `user_dir` as ~/.config and `env` set.
 fn hadar_in(dir: &Path, user_dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {

@@ -5,6 +5,7 @@
 //! finished run says so.
 
 mod common;
+use common::text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -66,10 +67,6 @@ impl Run {
         }
         panic!("no task started within 30 s");
     }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn report(o: &Output) -> serde_json::Value {

@@ -4,16 +4,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-fn hadar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args(args)
-        .output()
-        .expect("run hadar")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{hadar, text};
 
 /// A sweep small enough for a test: 120 jobs on 6 GPUs, 40 measured.
 fn sweep(dir: &Path, extra: &[&str]) -> Output {

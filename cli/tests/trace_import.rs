@@ -2,18 +2,9 @@
 //! in a few rows, imported and then simulated with the command it prints.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn hadar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args(args)
-        .output()
-        .expect("run hadar")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{hadar, text};
 
 fn write(dir: &Path, name: &str, body: &str) -> String {
     let p = dir.join(name);

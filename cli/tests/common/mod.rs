@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 /// A live task of a run: its pid, (job, copy, rank) and network namespace
 /// (the SSH test hosts are namespaces of this machine), from /proc. The
@@ -130,4 +130,17 @@ pub fn binaries() -> (&'static Path, PathBuf) {
         trainer.display()
     );
     (hadar, trainer)
+}
+
+/// `hadar ARGS`, waited for, with its output.
+pub fn hadar(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(args)
+        .output()
+        .expect("run hadar")
+}
+
+/// Bytes of output as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }
