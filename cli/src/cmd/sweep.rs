@@ -176,7 +176,7 @@ pub fn run(args: SweepArgs) -> Result<(), CliError> {
     }
     let sweep = build(&args)?;
     let grid = Sweep::points(&kinds, &args.loads, &args.seeds);
-    check_traces(&sweep, &grid)?;
+    check_traces(&sweep, &args.loads, &args.seeds)?;
     let fingerprint = fingerprint(&args, &sweep);
     let dir = &args.out;
     let shown = crate::report::escape(&dir.display().to_string());
@@ -272,22 +272,16 @@ fn policies(names: &[String]) -> Result<Vec<PolicyKind>, CliError> {
     Ok(kinds)
 }
 
-/// Generates every (load, seed) trace of the grid once and checks it on
-/// the cluster, so that an input the sweep cannot run fails before the
-/// first run (and before anything is written).
-fn check_traces(sweep: &Sweep, grid: &[Point]) -> Result<(), CliError> {
-    let mut seen: Vec<(f64, u64)> = Vec::new();
-    for p in grid {
-        if seen.contains(&(p.jobs_per_hour, p.seed)) {
-            continue;
+/// Generates every (load, seed) trace of the grid and checks it on the
+/// cluster, so that an input the sweep cannot run fails before the first
+/// run (and before anything is written).
+fn check_traces(sweep: &Sweep, loads: &[f64], seeds: &[u64]) -> Result<(), CliError> {
+    for &load in loads {
+        for &seed in seeds {
+            sweep.check(load, seed).map_err(|e| {
+                CliError::Input(format!("the trace at {load} jobs/hour, seed {seed}: {e}"))
+            })?;
         }
-        seen.push((p.jobs_per_hour, p.seed));
-        sweep.check(p.jobs_per_hour, p.seed).map_err(|e| {
-            CliError::Input(format!(
-                "the trace at {} jobs/hour, seed {}: {e}",
-                p.jobs_per_hour, p.seed
-            ))
-        })?;
     }
     Ok(())
 }

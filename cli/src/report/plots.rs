@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 
 use hadar_core::metrics::{GpuSpan, RoundRecord, RunResult};
 use hadar_core::sim::sweep::CurvePoint;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -199,9 +200,17 @@ fn draw_load_curves(root: &Root<'_>, curves: &[CurvePoint]) -> Result<(), DrawEr
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
         chart.draw_series(line.into_iter().map(|p| Circle::new(p, 4, color.filled())))?;
     }
+    draw_series_legend(&mut chart, SeriesLabelPosition::UpperLeft)
+}
+
+/// The legend of a chart's labelled series, in a light box at `position`.
+fn draw_series_legend<'a, 'b: 'a>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    position: SeriesLabelPosition,
+) -> Result<(), DrawError> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.4))
         .label_font(("sans-serif", 14))
@@ -768,14 +777,7 @@ fn draw_jct_cdf(root: &Root<'_>, results: &[RunResult]) -> Result<(), DrawError>
             .label(label)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("sans-serif", 14))
-        .draw()?;
-    Ok(())
+    draw_series_legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
 /// The JCTs (hours) of `r`'s measured, completed jobs, ascending.

@@ -142,19 +142,24 @@ pub(super) fn place_on_one_node(
     // on GPUs another one held: moved one at a time, a full plan whose
     // gangs were spread over every node found no node with room for any
     // of them, and a cluster of 4-GPU nodes ran nothing at all.
-    let mut movers: Vec<usize> = (0..plan.tasks.len())
-        .filter(|&i| {
-            let t = &plan.tasks[i];
+    let moves: Vec<bool> = plan
+        .tasks
+        .iter()
+        .map(|t| {
             let may_span = multi_node && workload.jobs()[t.job.index()].placement.span_nodes;
             !(t.gpus.is_empty() || may_span || !spans(&t.gpus))
         })
         .collect();
     // The GPUs of the tasks that stay (a mover's GPU that a staying task
     // shares stays taken).
-    let mut used: HashSet<GpuId> = (0..plan.tasks.len())
-        .filter(|i| !movers.contains(i))
-        .flat_map(|i| plan.tasks[i].gpus.iter().copied())
+    let mut used: HashSet<GpuId> = plan
+        .tasks
+        .iter()
+        .zip(&moves)
+        .filter(|(_, &m)| !m)
+        .flat_map(|(t, _)| t.gpus.iter().copied())
         .collect();
+    let mut movers: Vec<usize> = (0..plan.tasks.len()).filter(|&i| moves[i]).collect();
     // The biggest first: fewer nodes have room for them.
     movers.sort_by_key(|&i| std::cmp::Reverse(plan.tasks[i].gpus.len()));
     let mut dropped = Vec::new();

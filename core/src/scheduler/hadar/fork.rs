@@ -81,7 +81,7 @@ impl HadarScheduler {
         // off, before the warm-up, its next copy's gain too small) depends
         // on the job and its copy count alone, so it is decided when the job
         // enters the queue and again each time it gets a copy.
-        let mut queue = Queue::default();
+        let mut queue = Queue::new(order.len());
         for (at, &j) in order.iter().enumerate() {
             let k = copies.get(&j).copied().unwrap_or(0);
             if self.may_copy(w, j, k) {
@@ -170,31 +170,41 @@ fn copy_size(w: &Workload, j: JobId, slot: Slot) -> Option<u32> {
 /// (highest first). Scanning every job for every free slot took 81% of a
 /// 2,000-GPU run with thousands of jobs; the best score's group is found at
 /// once, and within it the rotation from the cursor is a range of a set.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Queue {
     by_score: BTreeMap<Reverse<u64>, BTreeSet<usize>>,
-    key_of: HashMap<usize, Reverse<u64>>,
+    /// Each position's key, where it is queued.
+    key_of: Vec<Option<Reverse<u64>>>,
 }
 
 impl Queue {
+    /// An empty queue for the positions of an order of `n` jobs.
+    fn new(n: usize) -> Self {
+        Self {
+            by_score: BTreeMap::new(),
+            key_of: vec![None; n],
+        }
+    }
+
     /// The key of a score: scores are at least 0 (gains above [`TIE`],
     /// times to finish) or infinite, where a float's bits sort as it does.
     fn key(score: f64) -> Reverse<u64> {
         Reverse(score.max(0.0).to_bits())
     }
 
+    /// Empty groups are removed, so no group means no job.
     fn is_empty(&self) -> bool {
-        self.key_of.is_empty()
+        self.by_score.is_empty()
     }
 
     fn insert(&mut self, score: f64, at: usize) {
         let key = Self::key(score);
         self.by_score.entry(key).or_default().insert(at);
-        self.key_of.insert(at, key);
+        self.key_of[at] = Some(key);
     }
 
     fn remove(&mut self, at: usize) {
-        if let Some(key) = self.key_of.remove(&at) {
+        if let Some(key) = self.key_of[at].take() {
             if let Some(set) = self.by_score.get_mut(&key) {
                 set.remove(&at);
                 if set.is_empty() {
