@@ -39,21 +39,20 @@ impl RoundPlan {
     /// pair is valid is the round loop's check; a third task on that GPU
     /// pairs with nothing, so the check sees the GPU given twice.)
     pub fn sharing(&self) -> Vec<Option<usize>> {
-        let mut first: std::collections::HashMap<GpuId, Option<usize>> =
-            std::collections::HashMap::new();
+        // Tasks by first GPU, in task order within a GPU: sorting beats a
+        // hash map here (this runs twice in every simulated round).
+        let mut by_gpu: Vec<(GpuId, usize)> = self
+            .tasks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.gpus.first().map(|&g| (g, i)))
+            .collect();
+        by_gpu.sort_unstable();
         let mut out = vec![None; self.tasks.len()];
-        for (i, t) in self.tasks.iter().enumerate() {
-            let Some(&g) = t.gpus.first() else { continue };
-            match first.get_mut(&g) {
-                Some(slot @ Some(_)) => {
-                    let p = slot.take().unwrap_or(i);
-                    out[i] = Some(p);
-                    out[p] = Some(i);
-                }
-                Some(None) => {}
-                None => {
-                    first.insert(g, Some(i));
-                }
+        for run in by_gpu.chunk_by(|a, b| a.0 == b.0) {
+            if let [(_, a), (_, b), ..] = run {
+                out[*a] = Some(*b);
+                out[*b] = Some(*a);
             }
         }
         out

@@ -46,6 +46,36 @@ impl SimBackend {
     }
 }
 
+/// Steps and busy seconds of one job's tasks running at `rates` for a
+/// round of `length_s` with `left` steps to go, into `steps` and `busy`.
+fn job_steps(rates: &[f64], left: u64, length_s: f64, steps: &mut Vec<u64>, busy: &mut Vec<f64>) {
+    steps.clear();
+    busy.clear();
+    // Whole steps each task can do in the round (Gavel's int()).
+    steps.extend(rates.iter().map(|r| (r * length_s) as u64));
+    let total: u64 = steps.iter().sum();
+    if total <= left {
+        busy.extend(
+            steps
+                .iter()
+                .zip(rates)
+                .map(|(&n, &r)| if r > 0.0 { n as f64 / r } else { 0.0 }),
+        );
+    } else {
+        // The job finishes this round: its tasks run side by side
+        // until the steps left are done, each doing its share.
+        let sum_rate: f64 = rates.iter().sum();
+        let t = left as f64 / sum_rate;
+        steps.clear();
+        steps.extend(rates.iter().map(|r| (r * t) as u64));
+        let short = left - steps.iter().sum::<u64>().min(left);
+        if let Some(first) = steps.first_mut() {
+            *first += short;
+        }
+        busy.resize(rates.len(), t);
+    }
+}
+
 #[async_trait::async_trait(?Send)]
 impl RoundExecutor for SimBackend {
     fn name(&self) -> &str {
@@ -68,51 +98,29 @@ impl RoundExecutor for SimBackend {
         let w = &*self.workload;
         let cluster = w.cluster();
         let mut end = plan.start_s;
-        // Each job's tasks: one gang, or several copies that run at once.
-        let mut by_job: std::collections::BTreeMap<u32, Vec<usize>> =
-            std::collections::BTreeMap::new();
-        for (i, t) in plan.tasks.iter().enumerate() {
-            by_job.entry(t.job.0).or_default().push(i);
-        }
+        // Each job's tasks (one gang, or several copies that run at once):
+        // task indices by job, in plan order within a job.
+        let mut by_job: Vec<usize> = (0..plan.tasks.len()).collect();
+        by_job.sort_by_key(|&i| plan.tasks[i].job);
         let mut reports: Vec<Option<TaskReport>> = vec![None; plan.tasks.len()];
         let partners = plan.sharing();
-        for (job, idx) in by_job {
+        // Per-job buffers, reused across jobs (this runs every round).
+        let (mut rates, mut steps, mut busy) = (Vec::new(), Vec::new(), Vec::new());
+        for idx in by_job.chunk_by(|&a, &b| plan.tasks[a].job == plan.tasks[b].job) {
+            let job = plan.tasks[idx[0]].job;
             // k copies, averaged at the round's end, make rho S(k) times
             // their mean steps (the fork model): each counts per_copy(k).
-            let eff = self.per_copy(job as usize, idx.len());
-            let rates: Vec<f64> = idx
-                .iter()
-                .map(|&i| {
-                    // A forked job's gang (copy 0) may host another job.
-                    eff * match partners[i] {
-                        Some(p) => shared_rate(w, &plan.tasks[i], &plan.tasks[p]),
-                        None => task_rate(w, &plan.tasks[i], self.mixed),
-                    }
-                })
-                .collect();
-            let left = state.remaining(w, crate::job::JobId(job));
-            // Whole steps each task can do in the round (Gavel's int()).
-            let full: Vec<u64> = rates.iter().map(|r| (r * plan.length_s) as u64).collect();
-            let total: u64 = full.iter().sum();
-            let (steps, busy): (Vec<u64>, Vec<f64>) = if total <= left {
-                let busy = full
-                    .iter()
-                    .zip(&rates)
-                    .map(|(&n, &r)| if r > 0.0 { n as f64 / r } else { 0.0 })
-                    .collect();
-                (full, busy)
-            } else {
-                // The job finishes this round: its tasks run side by side
-                // until the steps left are done, each doing its share.
-                let sum_rate: f64 = rates.iter().sum();
-                let t = left as f64 / sum_rate;
-                let mut steps: Vec<u64> = rates.iter().map(|r| (r * t) as u64).collect();
-                let short = left - steps.iter().sum::<u64>().min(left);
-                if let Some(first) = steps.first_mut() {
-                    *first += short;
+            let eff = self.per_copy(job.index(), idx.len());
+            rates.clear();
+            rates.extend(idx.iter().map(|&i| {
+                // A forked job's gang (copy 0) may host another job.
+                eff * match partners[i] {
+                    Some(p) => shared_rate(w, &plan.tasks[i], &plan.tasks[p]),
+                    None => task_rate(w, &plan.tasks[i], self.mixed),
                 }
-                (steps, vec![t; rates.len()])
-            };
+            }));
+            let left = state.remaining(w, job);
+            job_steps(&rates, left, plan.length_s, &mut steps, &mut busy);
             for (n, &i) in idx.iter().enumerate() {
                 let task = &plan.tasks[i];
                 end = end.max(plan.start_s + busy[n]);
