@@ -33,6 +33,8 @@ command -v nsenter >/dev/null || need+=(util-linux)
 [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v openssl >/dev/null || need+=(openssl)
+# The live view's page is loaded in a real headless browser (cli/tests/live.rs).
+command -v chromium >/dev/null || need+=(chromium)
 # The Python package's tests need a virtual environment (pyenv's Python has
 # venv; Debian's needs python3-venv).
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)

@@ -61,6 +61,8 @@ enum Command {
     Status(cmd::run::StatusArgs),
     #[command(after_help = STOP_EXAMPLES)]
     Stop(cmd::run::StopArgs),
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(cmd::serve::ServeArgs),
     Completions(CompletionsArgs),
     Man(ManArgs),
     #[command(subcommand, after_help = CONFIG_EXAMPLES)]
@@ -87,7 +89,15 @@ Examples:
 const STATUS_EXAMPLES: &str = "\
 Examples:
   hadar status                       # the run in ./hadar-run
-  hadar status --state /scratch/hadar-run --json";
+  hadar status --state /scratch/hadar-run --json
+  hadar status --watch               # redrawn every 2 s until the run finishes (Ctrl-C leaves)";
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  hadar serve                        # the run in ./hadar-run on http://127.0.0.1:9464/
+  hadar run --cluster c.toml --jobs jobs.toml --serve 127.0.0.1:9464   # the same, while it runs
+  curl -s 127.0.0.1:9464/metrics     # Prometheus metrics; /api/run: the page's JSON
+  HADAR_SERVE_TOKEN=$(openssl rand -hex 16) hadar serve --addr 0.0.0.0:9464   # other machines: a token";
 
 const STOP_EXAMPLES: &str = "\
 Examples:
@@ -211,6 +221,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args),
         Command::Status(args) => cmd::run::status(args),
         Command::Stop(args) => cmd::run::stop(args),
+        Command::Serve(args) => cmd::serve::run(args),
         Command::Man(ManArgs {}) => {
             let page = clap_mangen::Man::new(Cli::command());
             let mut out = std::io::stdout().lock();

@@ -74,6 +74,7 @@ fn run_state(loop_state: LoopState, history: Option<Mark>) -> RunState {
         rates: Vec::new(),
         backend: None,
         home: None,
+        info: None,
     }
 }
 

@@ -379,6 +379,7 @@ impl RealRounds<'_> {
                 p.hung_in_a_row = 0;
             } else {
                 p.without_checkpoint += 1;
+                p.failures += 1;
                 if p.without_checkpoint >= NO_CHECKPOINT_LIMIT {
                     failed.get_or_insert(RunError::NoCheckpoint {
                         job: self.config.jobs[*job as usize].name.clone(),
@@ -582,6 +583,9 @@ impl RealRounds<'_> {
                     .any(|r| (r.job, r.copy) == (t.job.0, t.copy))
             })
             .collect();
+        for t in &new {
+            self.state.jobs[t.job.index()].starts += 1;
+        }
         let ports = self.free_ports(&new)?;
         let specs: Vec<(Key, TaskSpec)> = new
             .iter()
@@ -854,6 +858,7 @@ impl RealRounds<'_> {
         for job in jobs {
             let p = &mut self.state.jobs[job as usize];
             p.hung_in_a_row = p.hung_in_a_row.saturating_add(1);
+            p.hung += 1;
         }
         self.stop_keys(keys, ledger).await
     }

@@ -20,6 +20,7 @@ mod logs;
 pub mod parallel;
 pub mod rates;
 pub mod state;
+pub mod view;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -481,6 +482,7 @@ pub async fn run(
     state::restore_history(&config.state_dir, &mut state)?;
     state.home = Some(config.state_dir.clone());
     state.backend = Some(backend.name().to_string());
+    state.info = Some(run_info(&config));
     let already_finished = state.finished;
     let resume = Some(with_given_rates(
         state.loop_state.clone(),
@@ -577,6 +579,28 @@ fn with_given_rates(saved: Option<LoopState>, workload: &Workload, jobs: &[RunJo
     st
 }
 
+/// What viewers of the run need to know of its settings and cluster.
+fn run_info(config: &RunConfig) -> state::RunInfo {
+    let c = &config.cluster;
+    state::RunInfo {
+        policy: config.policy.name().to_string(),
+        round_s: config.round_s,
+        totals: config.jobs.iter().map(|j| j.iterations).collect(),
+        arrivals: config.jobs.iter().map(|j| j.arrival).collect(),
+        gpus: c
+            .gpus()
+            .iter()
+            .map(|g| {
+                (
+                    c.nodes()[g.node.index()].name.clone(),
+                    g.local_index,
+                    c.gpu_type_name(g.gpu_type).to_string(),
+                )
+            })
+            .collect(),
+    }
+}
+
 /// The saved state of these jobs' run, checked, or a new one.
 fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
     let dir = &config.state_dir;
@@ -607,6 +631,7 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             rates: Vec::new(),
             backend: None,
             home: None,
+            info: None,
         }),
     }
 }

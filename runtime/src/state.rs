@@ -87,6 +87,16 @@ pub struct JobProgress {
     /// first used ([`placement_label`]), at most [`MAX_PLACEMENTS`].
     #[serde(default)]
     pub ran_on: Vec<String>,
+    /// Tasks launched for it so far (its first start and every restart or
+    /// move after it; for the live view's restart counts).
+    #[serde(default)]
+    pub starts: u64,
+    /// Its task sets that ended without leaving a checkpoint, in all.
+    #[serde(default)]
+    pub failures: u64,
+    /// Its tasks stopped as hung, in all.
+    #[serde(default)]
+    pub hung: u64,
 }
 
 /// The most placements [`JobProgress::ran_on`] keeps (a long run moves a
@@ -185,6 +195,26 @@ pub struct RunState {
     /// directory is told from the run itself.
     #[serde(default)]
     pub home: Option<PathBuf>,
+    /// What the run was started with, for viewers (`hadar status`,
+    /// `hadar serve`): none in states of older versions.
+    #[serde(default)]
+    pub info: Option<RunInfo>,
+}
+
+/// The settings and the cluster a run works with, as its viewers need them
+/// (set at every start, so a resumed run shows what it runs with now).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The policy's name.
+    pub policy: String,
+    /// Round length (s).
+    pub round_s: f64,
+    /// Each job's total iterations, by id.
+    pub totals: Vec<u64>,
+    /// Each job's arrival (s after the start), by id.
+    pub arrivals: Vec<f64>,
+    /// Every GPU of the cluster: node, index on the node, type.
+    pub gpus: Vec<(String, u32, String)>,
 }
 
 impl RunState {
@@ -371,6 +401,7 @@ mod tests {
             rates: Vec::new(),
             backend: None,
             home: None,
+            info: None,
         }
     }
 

@@ -5,9 +5,11 @@ pub mod merge;
 pub mod policies;
 pub mod reproduce;
 pub mod run;
+pub mod serve;
 pub mod simulate;
 pub mod sweep;
 pub mod trace;
+pub mod watch;
 
 /// `--round-seconds`, as `hadar run` and `hadar simulate` take it: above 0,
 /// at most a day (a usage error, exit 2, in both).

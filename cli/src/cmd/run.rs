@@ -101,6 +101,11 @@ pub struct RunArgs {
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Serve the live view while the run goes (as `hadar serve`: a page,
+    /// /api/run, Prometheus /metrics) on this address, such as
+    /// 127.0.0.1:9464. Anything but loopback needs HADAR_SERVE_TOKEN.
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<String>,
     /// `[backend.NAME]` tables of the configuration (a cluster file's own
     /// table of the same name wins).
     #[arg(skip)]
@@ -131,6 +136,14 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Redraw the view (GPUs, jobs, why each waits, warnings) until the run
+    /// has finished; plain frames, each once it changed, when the output is
+    /// not a terminal.
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
+    /// Seconds between two looks with --watch.
+    #[arg(long, default_value_t = 2.0, value_name = "S", requires = "watch")]
+    pub interval: f64,
 }
 
 fn usage(m: String) -> CliError {
@@ -318,6 +331,12 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         }
     }
     let backend = backend(&args, &cluster, &cluster_text)?;
+    // Bound before the run starts: a busy port is said before any task runs.
+    if let Some(addr) = &args.serve {
+        let l = super::serve::bind(addr, super::serve::read_token(None)?)?;
+        eprintln!("live view: http://{}/ (metrics: /metrics)", l.addr);
+        super::serve::spawn(l, args.state.clone());
+    }
     let guards = Guards {
         hang_timeout: args.hang_timeout,
         interrupt,
@@ -627,6 +646,15 @@ fn ago(s: f64) -> String {
 
 /// Runs `hadar status`.
 pub fn status(args: StatusArgs) -> Result<(), CliError> {
+    if args.watch {
+        if !(args.interval.is_finite() && (0.1..=3600.0).contains(&args.interval)) {
+            return Err(usage(format!(
+                "--interval {}: expected seconds from 0.1 to 3600",
+                args.interval
+            )));
+        }
+        return super::watch::run(&args.state, Duration::from_secs_f64(args.interval));
+    }
     let state = load_state(&args.state)
         .map_err(CliError::Run)?
         .ok_or_else(|| {

@@ -6,6 +6,7 @@ pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
     left: usize,
+    left_last: bool,
 }
 
 impl Table {
@@ -15,12 +16,19 @@ impl Table {
             header: header.into_iter().map(Into::into).collect(),
             rows: Vec::new(),
             left: 1,
+            left_last: false,
         }
     }
 
     /// Left-aligns the first `n` columns (text); the rest are right-aligned (numbers).
     pub fn left_columns(mut self, n: usize) -> Self {
         self.left = n;
+        self
+    }
+
+    /// Left-aligns the last column too (text after the numbers).
+    pub fn left_last_column(mut self) -> Self {
+        self.left_last = true;
         self
     }
 
@@ -46,7 +54,7 @@ impl Table {
                 // Padded by hand: `format!`'s width stops at 65,535 (a
                 // longer cell panicked).
                 let pad = " ".repeat(w - cell.chars().count());
-                cells.push(if i < self.left {
+                cells.push(if i < self.left || (self.left_last && i + 1 == cols) {
                     format!("{cell}{pad}")
                 } else {
                     format!("{pad}{cell}")

@@ -1,0 +1,187 @@
+//! A run's view as Prometheus metrics (the text format, through the
+//! Prometheus project's own Rust client): a registry built per scrape from
+//! the saved state, so that the metrics are exactly what the page shows.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use hadar_runtime::view::RunView;
+
+type Labels = Vec<(&'static str, String)>;
+
+fn gauge(r: &mut Registry, name: &str, help: &str, v: f64) {
+    let g: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+    g.set(v);
+    r.register(name, help, g);
+}
+
+fn counter(r: &mut Registry, name: &str, help: &str, v: f64) {
+    let c: Counter<f64, std::sync::atomic::AtomicU64> = Counter::default();
+    c.inc_by(v);
+    r.register(name, help, c);
+}
+
+/// A gauge per label set.
+fn family(r: &mut Registry, name: &str, help: &str, values: Vec<(Labels, f64)>) {
+    let f: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default();
+    for (labels, v) in values {
+        f.get_or_create(&labels).set(v);
+    }
+    r.register(name, help, f);
+}
+
+/// The metrics of `view`, in Prometheus' text format.
+pub fn render(view: &RunView) -> String {
+    let mut r = Registry::with_prefix("hadar");
+    let run = vec![
+        ("run_id", view.run_id.clone()),
+        ("backend", view.backend.clone().unwrap_or_default()),
+        ("policy", view.policy.clone().unwrap_or_default()),
+    ];
+    family(
+        &mut r,
+        "run_info",
+        "The run, its backend and policy (value 1)",
+        vec![(run, 1.0)],
+    );
+    gauge(&mut r, "round", "Rounds done", view.round as f64);
+    gauge(
+        &mut r,
+        "run_seconds",
+        "The run's clock: seconds since its start",
+        view.now_s,
+    );
+    gauge(
+        &mut r,
+        "run_finished",
+        "1 once every job finished",
+        f64::from(u8::from(view.finished)),
+    );
+    let types = |f: &dyn Fn(&hadar_runtime::view::TypeUse) -> usize| {
+        view.types
+            .iter()
+            .map(|t| (vec![("gpu_type", t.gpu_type.clone())], f(t) as f64))
+            .collect()
+    };
+    family(
+        &mut r,
+        "gpus",
+        "GPUs of the cluster, per type",
+        types(&|t| t.gpus),
+    );
+    family(
+        &mut r,
+        "gpus_busy",
+        "GPUs given a task now, per type",
+        types(&|t| t.busy),
+    );
+    let c = view.counts;
+    let states = [
+        ("future", c.future),
+        ("waiting", c.waiting),
+        ("running", c.running),
+        ("finished", c.finished),
+    ];
+    family(
+        &mut r,
+        "jobs",
+        "Jobs by state (future: not arrived; waiting: arrived, no task running)",
+        states
+            .iter()
+            .map(|(s, n)| (vec![("state", (*s).to_string())], *n as f64))
+            .collect(),
+    );
+    let per_job = |f: &dyn Fn(&hadar_runtime::view::JobView) -> f64| {
+        view.jobs
+            .iter()
+            .map(|j| (vec![("job", j.name.clone())], f(j)))
+            .collect()
+    };
+    family(
+        &mut r,
+        "job_iterations",
+        "Iterations each job has done",
+        per_job(&|j| j.iterations as f64),
+    );
+    family(
+        &mut r,
+        "job_iterations_needed",
+        "Iterations each job needs in all",
+        per_job(&|j| j.total.unwrap_or(0) as f64),
+    );
+    let sum = |f: &dyn Fn(&hadar_runtime::view::JobView) -> u64| {
+        view.jobs.iter().map(f).sum::<u64>() as f64
+    };
+    counter(
+        &mut r,
+        "task_starts",
+        "Tasks launched (first starts, restarts and moves)",
+        sum(&|j| j.starts),
+    );
+    counter(
+        &mut r,
+        "task_failures",
+        "Task sets that ended without a checkpoint",
+        sum(&|j| j.failures),
+    );
+    counter(
+        &mut r,
+        "tasks_hung",
+        "Tasks stopped as hung (no progress)",
+        sum(&|j| j.hung),
+    );
+    counter(
+        &mut r,
+        "lost_iterations",
+        "Iterations done and then lost",
+        sum(&|j| j.lost),
+    );
+    counter(
+        &mut r,
+        "decisions",
+        "Scheduling decisions made",
+        view.decisions.count as f64,
+    );
+    counter(
+        &mut r,
+        "decision_seconds",
+        "Seconds spent deciding",
+        view.decisions.seconds,
+    );
+    gauge(
+        &mut r,
+        "decision_seconds_max",
+        "The longest decision (s)",
+        view.decisions.max_s,
+    );
+    counter(
+        &mut r,
+        "warnings",
+        "Warnings the run raised",
+        view.warnings_total as f64,
+    );
+    family(
+        &mut r,
+        "job_rate",
+        "Iterations/s the run believes each job's gang makes on each type (source: measured, \
+         given, estimated or prior)",
+        view.rates
+            .iter()
+            .map(|b| {
+                let labels = vec![
+                    ("job", b.job.clone()),
+                    ("gpu_type", b.gpu_type.clone()),
+                    ("source", b.source.clone()),
+                ];
+                (labels, b.rate)
+            })
+            .collect(),
+    );
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &r);
+    out
+}

@@ -1,0 +1,190 @@
+//! `hadar status --watch`: the run's view redrawn in place on a terminal
+//! (plain frames, each once it changed, when the output is not one), until
+//! the run has finished or Ctrl-C.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use hadar_runtime::view::{RunView, TypeUse};
+
+use crate::exit::CliError;
+use crate::report::escape;
+use crate::report::table::Table;
+
+/// Watches the run in `dir`, a frame every `every`.
+pub fn run(dir: &Path, every: Duration) -> Result<(), CliError> {
+    let tty = std::io::stdout().is_terminal();
+    let mut last = String::new();
+    loop {
+        let view = hadar_runtime::view::load(dir).map_err(CliError::Run)?;
+        let frame = match &view {
+            Some(v) => frame(v),
+            None => format!(
+                "no run in {} yet (no state.json); waiting for `hadar run --state {}`\n",
+                escape(&dir.display().to_string()),
+                escape(&dir.display().to_string())
+            ),
+        };
+        if frame != last {
+            let mut out = std::io::stdout().lock();
+            let written = if tty {
+                // Home and clear: the frame replaces the last one.
+                write!(out, "\x1b[H\x1b[2J{frame}")
+            } else {
+                writeln!(out, "{frame}")
+            };
+            // `hadar status --watch | head`: the reader has what it wanted.
+            if written.and_then(|()| out.flush()).is_err() {
+                return Ok(());
+            }
+            last = frame;
+        }
+        if view.is_some_and(|v| v.finished) {
+            return Ok(());
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// One frame: the run, its GPUs by type and node, its jobs, the latest
+/// warnings.
+pub fn frame(v: &RunView) -> String {
+    let mut s = String::new();
+    let c = v.counts;
+    s += &format!(
+        "run {} on {} with {}: round {}, {} in{}\n",
+        escape(&v.run_id),
+        escape(v.backend.as_deref().unwrap_or("?")),
+        escape(v.policy.as_deref().unwrap_or("?")),
+        v.round,
+        duration(v.now_s),
+        if v.finished { " (finished)" } else { "" }
+    );
+    s += &format!(
+        "jobs: {} running, {} waiting, {} not arrived, {} finished; {} decisions, longest {:.1} ms\n",
+        c.running,
+        c.waiting,
+        c.future,
+        c.finished,
+        v.decisions.count,
+        v.decisions.max_s * 1e3
+    );
+    if !v.types.is_empty() {
+        s += &format!("GPUs busy: {}\n", types_line(&v.types));
+    }
+    s += &nodes(v);
+    s += "\n";
+    let mut t = Table::new([
+        "job",
+        "state",
+        "progress",
+        "iterations",
+        "starts",
+        "lost",
+        "where / why",
+    ])
+    .left_columns(2)
+    .left_last_column();
+    for j in &v.jobs {
+        let share = j
+            .total
+            .map_or(0.0, |t| j.iterations as f64 / t.max(1) as f64);
+        t.row([
+            escape(&j.name),
+            j.state.to_string(),
+            bar(share),
+            j.total.map_or(j.iterations.to_string(), |t| {
+                format!("{}/{t}", j.iterations)
+            }),
+            j.starts.to_string(),
+            j.lost.to_string(),
+            escape(if j.placement.is_empty() {
+                j.why.as_deref().unwrap_or("")
+            } else {
+                &j.placement
+            }),
+        ]);
+    }
+    s += &t.render();
+    if !v.warnings.is_empty() {
+        s += &format!("\nwarnings ({}, the latest last):\n", v.warnings_total);
+        for w in v.warnings.iter().rev().take(5).rev() {
+            s += &format!("  {}\n", crate::report::escape_lines(w));
+        }
+    }
+    s
+}
+
+fn types_line(types: &[TypeUse]) -> String {
+    types
+        .iter()
+        .map(|t| format!("{} {}/{}", escape(&t.gpu_type), t.busy, t.gpus))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A line per node: its GPUs and the job on each.
+fn nodes(v: &RunView) -> String {
+    let mut s = String::new();
+    let mut node: Option<&str> = None;
+    for g in &v.gpus {
+        if node != Some(g.node.as_str()) {
+            if node.is_some() {
+                s += "\n";
+            }
+            s += &format!("  {}:", escape(&g.node));
+            node = Some(&g.node);
+        }
+        s += &format!(
+            " {}#{}={}",
+            escape(&g.gpu_type),
+            g.index,
+            g.job.as_deref().map_or("idle".into(), escape)
+        );
+    }
+    if node.is_some() {
+        s += "\n";
+    }
+    s
+}
+
+/// `[#####     ]  50%`.
+fn bar(share: f64) -> String {
+    let share = share.clamp(0.0, 1.0);
+    let full = (share * 10.0).round() as usize;
+    format!(
+        "[{}{}] {:>3.0}%",
+        "#".repeat(full),
+        " ".repeat(10 - full),
+        share * 100.0
+    )
+}
+
+/// Seconds in the unit that reads best.
+pub fn duration(s: f64) -> String {
+    if s >= 2.0 * 86_400.0 {
+        format!("{:.1} days", s / 86_400.0)
+    } else if s >= 2.0 * 3600.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else if s >= 120.0 {
+        format!("{:.1} min", s / 60.0)
+    } else {
+        format!("{s:.0} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_and_durations() {
+        assert_eq!(bar(0.5), "[#####     ]  50%");
+        assert_eq!(bar(2.0), "[##########] 100%");
+        assert_eq!(duration(59.4), "59 s");
+        assert_eq!(duration(600.0), "10.0 min");
+        assert_eq!(duration(3.0 * 3600.0), "3.0 h");
+        assert_eq!(duration(3.0 * 86_400.0), "3.0 days");
+    }
+}
