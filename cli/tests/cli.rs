@@ -247,6 +247,18 @@ fn out_dir_gets_csv_json_and_plots() {
     }
     let csv = std::fs::read_to_string(out.join("max_min_fairness_perf.jobs.csv")).expect("csv");
     assert_eq!(csv.lines().count(), 101, "header + 100 jobs");
+    // The report: the table and every plot inline, nothing fetched.
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(
+        html.contains("<td>max_min_fairness_perf</td>"),
+        "no table row"
+    );
+    assert_eq!(html.matches("<svg").count(), 3, "three plots inline");
+    assert!(!html.contains("<?xml"), "an XML prolog inside HTML");
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http"),
+        "external asset"
+    );
 }
 
 #[test]

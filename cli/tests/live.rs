@@ -1,8 +1,9 @@
 //! Watching a real run: `hadar run --serve` answers a real HTTP client with
 //! Prometheus metrics that move while the run goes and with the page's
 //! JSON; the page, loaded in a real headless Chromium, renders the jobs;
-//! `hadar status --watch` prints frames until the run has finished; `hadar
-//! serve` on a non-loopback address asks every request for its token.
+//! `hadar status --watch` prints frames until the run has finished; `--out`
+//! writes the report with its plots inline; `hadar serve` on a
+//! non-loopback address asks every request for its token.
 
 mod common;
 
@@ -35,7 +36,15 @@ fn start_run(state: &Path, jobs: &Path) -> (Child, String) {
         .arg(jobs)
         .arg("--state")
         .arg(state)
-        .args(["--round-seconds", "1", "--json", "--serve", "127.0.0.1:0"])
+        .args([
+            "--round-seconds",
+            "1",
+            "--json",
+            "--serve",
+            "127.0.0.1:0",
+            "--out",
+        ])
+        .arg(state.with_extension("out"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -153,6 +162,10 @@ fn a_run_is_watched_scraped_and_rendered() {
         out.status,
         text(&out.stderr)
     );
+    // --out: the report of the finished run, with its plots inline.
+    let html = std::fs::read_to_string(state.with_extension("out").join("report.html"))
+        .expect("report.html of hadar run --out");
+    assert!(html.contains("<td>hadar</td>") && html.matches("<svg").count() == 3);
     let out = watch.wait_with_output().expect("watch");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let frames = text(&out.stdout);

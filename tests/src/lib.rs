@@ -3,6 +3,7 @@
 
 pub mod conformance;
 pub mod gavel_continuous;
+pub mod live;
 pub mod round_switch;
 pub mod slurm_cluster;
 pub mod ssh_hosts;

@@ -121,9 +121,12 @@ async fn six_jobs_finish(policy: PolicyKind) {
     let dir = tempfile::tempdir().expect("tempdir");
     let remote = tempfile::tempdir().expect("tempdir");
     let config = run_config(policy, dir.path(), remote.path());
-    let report = run(&config, Arc::new(backend()), &mut |_| {})
+    // Watched as `hadar serve` and `hadar status --watch` watch it.
+    let mut watcher = hadar_tests::live::Watcher::new(dir.path());
+    let report = run(&config, Arc::new(backend()), &mut |e| watcher.event(&e))
         .await
         .expect("run");
+    watcher.check("docker");
     assert_eq!(report.jobs.len(), 6);
     assert_eq!(
         left_over(dir.path(), &URLS),

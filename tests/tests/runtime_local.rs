@@ -77,9 +77,14 @@ fn config(policy: PolicyKind, dir: &std::path::Path, iterations: u64) -> RunConf
 async fn finish(policy: PolicyKind) -> Vec<String> {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = config(policy, dir.path(), 3000);
-    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
-        .await
-        .expect("run");
+    // Watched as `hadar serve` and `hadar status --watch` watch it.
+    let mut watcher = hadar_tests::live::Watcher::new(dir.path());
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |e| {
+        watcher.event(&e)
+    })
+    .await
+    .expect("run");
+    watcher.check("local");
     assert_eq!(report.jobs.len(), 4);
     // The report is a simulation's: every job measured, finished, with a
     // makespan, JCTs and bounds from the jobs' estimates.

@@ -110,7 +110,12 @@ async fn six_jobs_finish(policy: PolicyKind, max_steps: u64) -> u64 {
     let remote = tempfile::tempdir().expect("tempdir");
     let config = run_config(policy, 8000, dir.path(), remote.path());
     let b = Arc::new(backend_with(&cluster(), max_steps));
-    let report = run(&config, b.clone(), &mut |_| {}).await.expect("run");
+    // Watched as `hadar serve` and `hadar status --watch` watch it.
+    let mut watcher = hadar_tests::live::Watcher::new(dir.path());
+    let report = run(&config, b.clone(), &mut |e| watcher.event(&e))
+        .await
+        .expect("run");
+    watcher.check("slurm");
     for j in &report.jobs {
         assert_eq!(j.state, "finished", "{j:?}");
         assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");

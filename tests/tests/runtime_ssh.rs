@@ -121,9 +121,12 @@ async fn hadare_runs_six_jobs_over_ssh() {
         .without(&["h2".to_string()])
         .expect("cluster");
     let config = run_config(cluster, PolicyKind::HadarE, dir.path(), remote.path());
-    let report = run(&config, Arc::new(backend()), &mut |_| {})
+    // Watched as `hadar serve` and `hadar status --watch` watch it.
+    let mut watcher = hadar_tests::live::Watcher::new(dir.path());
+    let report = run(&config, Arc::new(backend()), &mut |e| watcher.event(&e))
         .await
         .expect("run");
+    watcher.check("ssh");
     for j in &report.jobs {
         assert_eq!(j.state, "finished", "{j:?}");
         assert!(j.accuracy.expect("accuracy") >= 0.9, "{j:?}");

@@ -101,6 +101,11 @@ pub struct RunArgs {
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Write the report into DIR once the run has finished: per-job
+    /// CSV, summary.json, plots (GPU timeline, utilization, JCT CDF) and
+    /// report.html with all of them, as `hadar simulate --out`.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
     /// Serve the live view while the run goes (as `hadar serve`: a page,
     /// /api/run, Prometheus /metrics) on this address, such as
     /// 127.0.0.1:9464. Anything but loopback needs HADAR_SERVE_TOKEN.
@@ -416,7 +421,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     {
         tracing::warn!("{}", escape_lines(w));
     }
-    print_report(&config, &args, &report)
+    print_report(&config, &args, &report)?;
+    if let Some(dir) = &args.out {
+        write_run_outputs(&config, &args, &report, dir)?;
+    }
+    Ok(())
 }
 
 /// A job's throughput may leave out any GPU type (the run measures it), but
@@ -539,6 +548,48 @@ pub fn stop(args: StopArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `--out DIR`: the run's report as files (see `hadar simulate --out`).
+fn write_run_outputs(
+    config: &RunConfig,
+    args: &RunArgs,
+    report: &RunReport,
+    dir: &Path,
+) -> Result<(), CliError> {
+    let workload = hadar_runtime::workload(config).map_err(CliError::Run)?;
+    let source = format!("{} on {}", args.jobs.display(), report.backend);
+    let results = std::slice::from_ref(&report.result);
+    let comparison = summary::comparison("jobs", &workload, &source, None, results);
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "summary": report.result.summary,
+        "jobs": report.jobs,
+        "backend": report.backend,
+    }))
+    .map_err(|e| CliError::output("summary.json", std::io::Error::other(e)))?;
+    let settings = format!(
+        "{} backend, policy {}, rounds of {} s",
+        report.backend,
+        config.policy.name(),
+        config.round_s
+    );
+    crate::report::write_outputs(
+        dir,
+        results,
+        &json,
+        &comparison,
+        &crate::report::html::Heading {
+            title: "hadar run",
+            settings: &settings,
+        },
+    )?;
+    if !args.json {
+        println!(
+            "\nwrote report.html, per-job CSV, summary.json and plots to {}",
+            escape(&dir.display().to_string())
+        );
+    }
+    Ok(())
+}
+
 fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Result<(), CliError> {
     if args.json {
         let text = serde_json::to_string_pretty(&serde_json::json!({
@@ -565,13 +616,9 @@ fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Resul
         );
     }
     let workload = hadar_runtime::workload(config).map_err(CliError::Run)?;
-    summary::print(
-        "jobs",
-        &workload,
-        &format!("{} on {}", args.jobs.display(), report.backend),
-        None,
-        std::slice::from_ref(&report.result),
-    );
+    let source = format!("{} on {}", args.jobs.display(), report.backend);
+    let results = std::slice::from_ref(&report.result);
+    summary::print("jobs", &workload, &source, None, results);
     println!();
     let mut t = Table::new([
         "job",

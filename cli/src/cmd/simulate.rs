@@ -20,7 +20,7 @@ use hadar_core::workload::Workload;
 use crate::exit::CliError;
 use crate::progress::Bars;
 use crate::report::settings::{summary_line, with_settings, Inputs};
-use crate::report::{jobs_csv, plots, summary};
+use crate::report::summary;
 
 /// The embedded default trace: Gavel's run A (100 jobs at t=0, gangs of 1, 2, 4).
 const DEFAULT_TRACE: &str = "static_100jobs_multigpu_seed0.trace";
@@ -463,10 +463,22 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
         Ok(values)
     };
     if let Some(dir) = &args.out {
-        write_outputs(
+        let comparison = summary::comparison(
+            "trace",
+            experiment.workload(),
+            &source,
+            experiment.settings().window,
+            &results,
+        );
+        crate::report::write_outputs(
             dir,
             &results,
             &json(&dir.join("summary.json").display().to_string())?,
+            &comparison,
+            &crate::report::html::Heading {
+                title: "hadar simulate",
+                settings: &summary_line(experiment.settings()),
+            },
         )?;
     }
     // On stderr, so that they reach a human even beside --json.
@@ -492,7 +504,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
         }
         if let Some(dir) = &args.out {
             println!(
-                "\nwrote per-job CSVs, summary.json and plots to {}",
+                "\nwrote report.html, per-job CSVs, summary.json and plots to {}",
                 dir.display()
             );
         }
@@ -553,19 +565,29 @@ fn print_explanations(job: u32, results: &[RunResult]) {
         for line in &r.explanations {
             println!("  {line}");
         }
+        println!("  {}", bound_note(&r.summary));
     }
 }
 
-fn write_outputs(dir: &Path, results: &[RunResult], summary_json: &str) -> Result<(), CliError> {
-    std::fs::create_dir_all(dir).map_err(|e| CliError::output(dir.display(), e))?;
-    for r in results {
-        let name = format!("{}.jobs.csv", crate::report::file_stem(&r.summary.policy));
-        jobs_csv::write_jobs_csv(&dir.join(name), r)?;
-    }
-    let path = dir.join("summary.json");
-    std::fs::write(&path, summary_json).map_err(|e| CliError::output(path.display(), e))?;
-    plots::write_plots(dir, results)?;
-    Ok(())
+/// Which bounds the policy's `/bound` columns divide by, with their values.
+fn bound_note(s: &hadar_core::metrics::Summary) -> String {
+    let h = |x: f64| format!("{:.2} h", x / 3600.0);
+    let (makespan, jct) = if crate::report::summary::forks(&s.policy) {
+        (s.forked_lower_bound_s, s.forked_jct_lower_bound_s)
+    } else {
+        (s.lower_bound_s, s.jct_lower_bound_s)
+    };
+    format!(
+        "/bound for {} divides by the {} bounds: makespan {}, mean JCT {}",
+        s.policy,
+        if crate::report::summary::forks(&s.policy) {
+            "forked jobs'"
+        } else {
+            "gangs'"
+        },
+        makespan.map_or("not computed (--no-bound)".into(), h),
+        h(jct)
+    )
 }
 
 /// A fraction from 0 to 1.

@@ -414,7 +414,7 @@ fn open_dir(
         )));
     }
     if fresh || !settings_path.exists() {
-        write_atomically(&settings_path, &pretty(fingerprint))?;
+        super::trace::write_atomically(&settings_path, pretty(fingerprint).as_bytes())?;
     }
     Ok((lock, read_points(&points_path)?))
 }
@@ -575,18 +575,9 @@ fn read_points(path: &Path) -> Result<Vec<PointResult>, CliError> {
     }
     if !bad.is_empty() || repeated > 0 {
         let clean: String = out.iter().map(point_line).collect();
-        write_atomically(path, &clean)?;
+        super::trace::write_atomically(path, clean.as_bytes())?;
     }
     Ok(out)
-}
-
-/// Writes `text` to `path` through a temporary file and a rename, so that
-/// a kill leaves the old file or the new one, never half of one.
-fn write_atomically(path: &Path, text: &str) -> Result<(), CliError> {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, text)
-        .and_then(|()| fs::rename(&tmp, path))
-        .map_err(|e| CliError::output(path.display(), e))
 }
 
 /// A run as its line in the points file.

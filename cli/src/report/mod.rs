@@ -1,5 +1,6 @@
 //! Rendering results: tables for people, JSON and CSV for programs, SVG plots.
 
+pub mod html;
 pub mod jobs_csv;
 pub mod knowledge;
 pub mod plots;
@@ -70,6 +71,37 @@ pub fn file_stem(policy: &str) -> String {
     } else {
         stem
     }
+}
+
+/// `--out DIR` of `hadar simulate` and `hadar run`: per-job CSVs, the
+/// summary JSON, the plots and `report.html`, which embeds them all.
+pub fn write_outputs(
+    dir: &std::path::Path,
+    results: &[hadar_core::metrics::RunResult],
+    summary_json: &str,
+    comparison: &summary::Comparison,
+    heading: &html::Heading<'_>,
+) -> Result<(), crate::exit::CliError> {
+    use crate::exit::CliError;
+    std::fs::create_dir_all(dir).map_err(|e| CliError::output(dir.display(), e))?;
+    for r in results {
+        let name = format!("{}.jobs.csv", file_stem(&r.summary.policy));
+        jobs_csv::write_jobs_csv(&dir.join(name), r)?;
+    }
+    let path = dir.join("summary.json");
+    crate::cmd::trace::write_atomically(&path, summary_json.as_bytes())?;
+    let plots = plots::write_plots(dir, results)?;
+    let warnings: Vec<String> = results
+        .iter()
+        .flat_map(|r| {
+            r.summary
+                .warnings
+                .iter()
+                .map(|w| format!("{}: {w}", r.summary.policy))
+        })
+        .collect();
+    html::write_report(dir, comparison, heading, &warnings, &plots)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -46,6 +46,11 @@ pub fn with_settings(
     })?;
     if let serde_json::Value::Object(map) = &mut value {
         map.insert("settings".into(), settings);
+        // What `makespan_over_bound` and `jct_over_bound` divide by.
+        map.insert(
+            "bound_used".into(),
+            super::summary::bound_used(&summary.policy).into(),
+        );
     }
     Ok(value)
 }

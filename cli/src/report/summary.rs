@@ -41,6 +41,19 @@ impl Unit {
     }
 }
 
+/// The comparison as people read it: header lines (inputs, bounds), the
+/// table, and notes on reading it. Printed by `print`; embedded in the HTML
+/// report.
+#[derive(Debug)]
+pub struct Comparison {
+    /// `trace   FILE: N jobs`, the cluster, the table, the window, bounds.
+    pub header: Vec<String>,
+    /// A row per policy run.
+    pub table: Table,
+    /// What the columns mean.
+    pub notes: Vec<String>,
+}
+
 /// Prints the header (inputs, bounds) and the table; `what` names the
 /// jobs' source (`trace`, `jobs`).
 pub fn print(
@@ -50,38 +63,75 @@ pub fn print(
     window: Option<(u32, u32)>,
     results: &[RunResult],
 ) {
-    let u = Unit::for_results(results);
-    println!("{what:<10} {source}: {} jobs", workload.jobs().len());
-    println!("{:<10} {}", "cluster", workload.cluster());
-    println!("{:<10} {}", "table", workload.table().source());
-    if let Some((a, z)) = window {
-        println!("{:<10} jobs {a}..{z}", "window");
-    }
-    if let Some(s) = results.first().map(|r| &r.summary) {
-        let jct = u.fmt(s.jct_lower_bound_s);
-        let fjct = u.fmt(s.forked_jct_lower_bound_s);
-        let n = u.name;
-        let makespan = match (s.lower_bound_s, s.forked_lower_bound_s) {
-            (Some(lb), Some(f)) => format!(
-                "makespan >= {} {n} (LP, gangs), >= {} {n} (forked jobs), both without GPU sharing; ",
-                u.fmt(lb),
-                u.fmt(f)
-            ),
-            (Some(lb), None) => format!("makespan >= {} {n} (LP, gangs, without GPU sharing); ", u.fmt(lb)),
-            (None, Some(f)) => format!("makespan >= {} {n} (forked jobs, without GPU sharing); ", u.fmt(f)),
-            (None, None) => String::new(),
-        };
-        // The forked-job JCT bound is for HadarE's runs: shown beside them only.
-        let forked_jct = if results.iter().any(|r| {
-            hadar_core::scheduler::PolicyKind::parse(&r.summary.policy).is_ok_and(|k| k.forks())
-        }) {
-            format!(", >= {fjct} {n} (forked jobs)")
-        } else {
-            String::new()
-        };
-        println!("bounds     {makespan}mean JCT >= {jct} {n} (no queueing){forked_jct}");
+    let c = comparison(what, workload, source, window, results);
+    for line in &c.header {
+        println!("{line}");
     }
     println!();
+    print!("{}", c.table.render());
+    println!();
+    for note in &c.notes {
+        println!("{note}");
+    }
+}
+
+/// The comparison of `results` (see [`print`]).
+pub fn comparison(
+    what: &str,
+    workload: &Workload,
+    source: &str,
+    window: Option<(u32, u32)>,
+    results: &[RunResult],
+) -> Comparison {
+    let u = Unit::for_results(results);
+    let mut header = vec![
+        format!("{what:<10} {source}: {} jobs", workload.jobs().len()),
+        format!("{:<10} {}", "cluster", workload.cluster()),
+        format!("{:<10} {}", "table", workload.table().source()),
+    ];
+    if let Some((a, z)) = window {
+        header.push(format!("{:<10} jobs {a}..{z}", "window"));
+    }
+    if let Some(s) = results.first().map(|r| &r.summary) {
+        header.push(bounds_line(u, s, results));
+    }
+    Comparison {
+        header,
+        table: table(u, results),
+        notes: notes(results),
+    }
+}
+
+fn bounds_line(u: Unit, s: &hadar_core::metrics::Summary, results: &[RunResult]) -> String {
+    let jct = u.fmt(s.jct_lower_bound_s);
+    let fjct = u.fmt(s.forked_jct_lower_bound_s);
+    let n = u.name;
+    let makespan = match (s.lower_bound_s, s.forked_lower_bound_s) {
+        (Some(lb), Some(f)) => format!(
+            "makespan >= {} {n} (LP, gangs), >= {} {n} (forked jobs), both without GPU sharing; ",
+            u.fmt(lb),
+            u.fmt(f)
+        ),
+        (Some(lb), None) => format!(
+            "makespan >= {} {n} (LP, gangs, without GPU sharing); ",
+            u.fmt(lb)
+        ),
+        (None, Some(f)) => format!(
+            "makespan >= {} {n} (forked jobs, without GPU sharing); ",
+            u.fmt(f)
+        ),
+        (None, None) => String::new(),
+    };
+    // The forked-job JCT bound is for HadarE's runs: shown beside them only.
+    let forked_jct = if results.iter().any(|r| forks(&r.summary.policy)) {
+        format!(", >= {fjct} {n} (forked jobs)")
+    } else {
+        String::new()
+    };
+    format!("bounds     {makespan}mean JCT >= {jct} {n} (no queueing){forked_jct}")
+}
+
+fn table(u: Unit, results: &[RunResult]) -> Table {
     let n = u.name;
     let mut t = Table::new([
         "policy".to_string(),
@@ -101,13 +151,15 @@ pub fn print(
     .left_columns(1);
     for r in results {
         let s = &r.summary;
+        // Which bounds the row divides by: `f` marks the forked jobs'.
+        let f = if forks(&s.policy) { " f" } else { "" };
         t.row([
             s.policy.clone(),
             u.fmt(s.makespan_s),
             s.makespan_over_bound
-                .map_or("-".into(), |x| format!("{x:.3}")),
+                .map_or("-".into(), |x| format!("{x:.3}{f}")),
             u.fmt(s.avg_jct_s),
-            format!("{:.3}", s.jct_over_bound),
+            format!("{:.3}{f}", s.jct_over_bound),
             u.fmt(s.p95_jct_s),
             u.fmt(s.p99_jct_s),
             u.fmt(s.avg_queueing_s),
@@ -118,19 +170,40 @@ pub fn print(
             format!("{:.2}", s.wall_s),
         ]);
     }
-    print!("{}", t.render());
-    println!(
-        "\n/bound: over the lower bound above; util: share of GPU time busy; FTF max: the \
-         worst finish-time fairness (JCT over JCT on an equal 1/n share; above 1 is worse \
-         than fair); done: jobs finished/measured; solves: scheduling decisions made"
-    );
+    t
+}
+
+fn notes(results: &[RunResult]) -> Vec<String> {
+    let mut notes = vec![
+        "/bound: over the lower bound above: the gangs' bounds, or (f) the forked jobs' for \
+         a policy that forks; util: share of GPU time busy; FTF max: the worst finish-time \
+         fairness (JCT over JCT on an equal 1/n share; above 1 is worse than fair); done: jobs \
+         finished/measured; solves: scheduling decisions made"
+            .to_string(),
+    ];
     let below = results.iter().any(|r| {
         r.summary.makespan_over_bound.is_some_and(|x| x < 1.0) || r.summary.jct_over_bound < 1.0
     });
     if below {
-        println!(
+        notes.push(
             "/bound below 1: the bounds leave out GPU sharing (two jobs on one GPU), which \
              Hadar's plans use where the table has measured the pair; it is not an error"
+                .to_string(),
         );
+    }
+    notes
+}
+
+/// Whether `policy` forks jobs (its `/bound` divides by the forked jobs' bounds).
+pub fn forks(policy: &str) -> bool {
+    hadar_core::scheduler::PolicyKind::parse(policy).is_ok_and(|k| k.forks())
+}
+
+/// Which bounds `policy`'s `/bound` columns divide by, in words.
+pub fn bound_used(policy: &str) -> &'static str {
+    if forks(policy) {
+        "forked-jobs"
+    } else {
+        "gangs"
     }
 }

@@ -73,6 +73,30 @@ impl Table {
     }
 }
 
+impl Table {
+    /// The table as an HTML `<table>`, each cell's text through `esc`
+    /// (numbers right-aligned as in [`Table::render`]).
+    pub fn render_html(&self, esc: impl Fn(&str) -> String) -> String {
+        let cols = self.header.len();
+        let mut out = String::from("<table>\n<tr>");
+        for h in &self.header {
+            out += &format!("<th>{}</th>", esc(h));
+        }
+        out += "</tr>\n";
+        for row in &self.rows {
+            out += "<tr>";
+            for i in 0..cols {
+                let cell = row.get(i).map_or("", String::as_str);
+                let text = i < self.left || (self.left_last && i + 1 == cols);
+                let class = if text { "" } else { " class=\"num\"" };
+                out += &format!("<td{class}>{}</td>", esc(cell));
+            }
+            out += "</tr>\n";
+        }
+        out + "</table>\n"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

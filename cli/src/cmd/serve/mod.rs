@@ -9,8 +9,6 @@
 //! token (`HADAR_SERVE_TOKEN` or `--token-file`, never on the command line,
 //! where `ps` shows it), asked of every request.
 
-mod metrics;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -206,7 +204,7 @@ async fn prometheus(State(s): State<Arc<Served>>, h: HeaderMap, q: Q) -> Respons
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            metrics::render(&v),
+            hadar_runtime::view::prometheus_text(&v),
         )
             .into_response(),
         Err(r) => r.into_response(),

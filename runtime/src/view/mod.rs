@@ -6,6 +6,8 @@
 //! and nothing else, so it works on a live run, on a stopped one and on a
 //! finished one, on every backend alike, and can never disturb the run.
 
+mod prometheus;
+
 use std::path::Path;
 
 use serde::Serialize;
@@ -13,6 +15,8 @@ use serde::Serialize;
 use crate::rates::BelievedRate;
 use crate::state::{load_state, RunState};
 use crate::RunError;
+
+pub use prometheus::render as prometheus_text;
 
 /// How many warnings and GPU spans a view carries at most (the latest).
 pub const MAX_WARNINGS: usize = 50;

@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use hadar_runtime::view::RunView;
+use super::{JobView, RunView, TypeUse};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -60,7 +60,7 @@ pub fn render(view: &RunView) -> String {
         "1 once every job finished",
         f64::from(u8::from(view.finished)),
     );
-    let types = |f: &dyn Fn(&hadar_runtime::view::TypeUse) -> usize| {
+    let types = |f: &dyn Fn(&TypeUse) -> usize| {
         view.types
             .iter()
             .map(|t| (vec![("gpu_type", t.gpu_type.clone())], f(t) as f64))
@@ -94,7 +94,7 @@ pub fn render(view: &RunView) -> String {
             .map(|(s, n)| (vec![("state", (*s).to_string())], *n as f64))
             .collect(),
     );
-    let per_job = |f: &dyn Fn(&hadar_runtime::view::JobView) -> f64| {
+    let per_job = |f: &dyn Fn(&JobView) -> f64| {
         view.jobs
             .iter()
             .map(|j| (vec![("job", j.name.clone())], f(j)))
@@ -112,9 +112,7 @@ pub fn render(view: &RunView) -> String {
         "Iterations each job needs in all",
         per_job(&|j| j.total.unwrap_or(0) as f64),
     );
-    let sum = |f: &dyn Fn(&hadar_runtime::view::JobView) -> u64| {
-        view.jobs.iter().map(f).sum::<u64>() as f64
-    };
+    let sum = |f: &dyn Fn(&JobView) -> u64| view.jobs.iter().map(f).sum::<u64>() as f64;
     counter(
         &mut r,
         "task_starts",
