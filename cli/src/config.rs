@@ -372,7 +372,7 @@ mod tests {
         assert_eq!(keys["policy"], vec!["run", "simulate", "sweep"]);
         assert_eq!(keys["state"], vec!["run"]);
         assert_eq!(keys["round_seconds"], vec!["run", "simulate", "sweep"]);
-        assert_eq!(keys["out"], vec!["simulate"]);
+        assert_eq!(keys["out"], vec!["run", "simulate"]);
         assert!(!keys.contains_key("fresh"));
         assert!(keys.contains_key("hadar_horizon"));
         assert!(!keys.contains_key("help") && !keys.contains_key("config"));

@@ -173,7 +173,10 @@ fn a_run_is_watched_scraped_and_rendered() {
         frames.matches("\nrun hadar").count() >= 2,
         "one frame only:\n{frames}"
     );
-    assert!(frames.contains("running"), "{frames}");
+    assert!(
+        frames.contains("(running, pid "),
+        "the live run not seen live:\n{frames}"
+    );
     let last = frames.rsplit("\nrun hadar").next().expect("a frame");
     assert!(
         last.contains("(finished)"),

@@ -61,6 +61,38 @@ pub fn is_running(dir: &Path) -> bool {
     )
 }
 
+/// The pid of the process that holds `dir` now, as the kernel's table of
+/// locks (`/proc/locks`) says, without touching the lock: a viewer that
+/// asks every second must never make a starting run find the directory
+/// busy. `None` if no process holds it (or the table cannot be read).
+pub fn holder(dir: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(lock_path(dir)).ok()?;
+    let dev = meta.dev();
+    // `MAJOR:MINOR:INODE`, the device's numbers in hex.
+    let id = format!(
+        "{:02x}:{:02x}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev),
+        meta.ino()
+    );
+    let table = std::fs::read_to_string("/proc/locks").ok()?;
+    holder_in(&table, &id)
+}
+
+/// The pid of the `FLOCK` on the file `id` in a `/proc/locks` table.
+fn holder_in(table: &str, id: &str) -> Option<u32> {
+    table.lines().find_map(|line| {
+        // `1: FLOCK  ADVISORY  WRITE 4242 00:2a:1234 0 EOF`; a waiter's
+        // line starts `1: -> FLOCK ...` and holds nothing.
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [_, "FLOCK", _, _, pid, file, ..] if *file == id => pid.parse().ok(),
+            _ => None,
+        }
+    })
+}
+
 /// Asks the run holding `dir` to stop its tasks after their checkpoints and
 /// exit; `false` if no run holds it (nothing is written then).
 pub fn request_stop(dir: &Path) -> Result<bool, RunError> {
@@ -136,6 +168,22 @@ fn new_sibling(dir: &Path, suffix: &str) -> Result<PathBuf, RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_holder_is_read_from_the_kernel_s_table() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(holder(dir.path()), None, "no lock file");
+        let held = lock(dir.path()).expect("lock");
+        assert_eq!(holder(dir.path()), Some(std::process::id()));
+        drop(held);
+        assert_eq!(holder(dir.path()), None, "released");
+        let table = "1: FLOCK  ADVISORY  WRITE 4242 00:2a:77 0 EOF\n\
+                     1: -> FLOCK  ADVISORY  WRITE 5151 00:2a:77 0 EOF\n\
+                     2: POSIX  ADVISORY  WRITE 99 00:2a:78 0 EOF\n";
+        assert_eq!(holder_in(table, "00:2a:77"), Some(4242));
+        assert_eq!(holder_in(table, "00:2a:78"), None, "not a flock");
+        assert_eq!(holder_in(table, "00:2a:7"), None, "another file");
+    }
 
     #[test]
     fn a_second_lock_is_refused_and_named() {

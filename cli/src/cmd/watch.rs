@@ -59,7 +59,7 @@ pub fn frame(v: &RunView) -> String {
         escape(v.policy.as_deref().unwrap_or("?")),
         v.round,
         duration(v.now_s),
-        if v.finished { " (finished)" } else { "" }
+        state_note(v)
     );
     s += &format!(
         "jobs: {} running, {} waiting, {} not arrived, {} finished; {} decisions, longest {:.1} ms\n",
@@ -114,6 +114,18 @@ pub fn frame(v: &RunView) -> String {
         }
     }
     s
+}
+
+/// Whether the run goes on: finished, live, or stopped (no process holds
+/// its directory).
+fn state_note(v: &RunView) -> String {
+    match (v.finished, v.live_pid) {
+        (true, _) => " (finished)".into(),
+        (false, Some(pid)) => format!(" (running, pid {pid})"),
+        (false, None) => " (stopped: no hadar run holds this directory; the same hadar run \
+                           command resumes it)"
+            .into(),
+    }
 }
 
 fn types_line(types: &[TypeUse]) -> String {

@@ -42,6 +42,10 @@ pub struct RunView {
     pub started_unix_s: f64,
     /// Whether every job finished.
     pub finished: bool,
+    /// The pid of the `hadar run` that holds the directory now; none when
+    /// no run does (the run finished, stopped or was killed: the same
+    /// command resumes it).
+    pub live_pid: Option<u32>,
     /// Jobs by state.
     pub counts: Counts,
     /// Every job, by id.
@@ -149,7 +153,11 @@ pub struct Decisions {
 
 /// The view of the run in `dir`; `None` if there is none.
 pub fn load(dir: &Path) -> Result<Option<RunView>, RunError> {
-    Ok(load_state(dir)?.map(|s| view(&s)))
+    Ok(load_state(dir)?.map(|s| {
+        let mut v = view(&s);
+        v.live_pid = crate::control::holder(dir);
+        v
+    }))
 }
 
 /// The view of a saved state.
@@ -183,6 +191,7 @@ pub fn view(s: &RunState) -> RunView {
         now_s,
         started_unix_s: s.started_unix_s,
         finished: s.finished,
+        live_pid: None,
         counts,
         jobs,
         types: types(&gpus),

@@ -56,6 +56,12 @@ pub fn render(view: &RunView) -> String {
     );
     gauge(
         &mut r,
+        "run_live",
+        "1 while a hadar run holds the state directory",
+        f64::from(u8::from(view.live_pid.is_some())),
+    );
+    gauge(
+        &mut r,
         "run_finished",
         "1 once every job finished",
         f64::from(u8::from(view.finished)),
