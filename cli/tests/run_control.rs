@@ -82,6 +82,43 @@ fn all_finished(v: &serde_json::Value) {
 }
 
 #[test]
+fn tasks_that_end_while_no_run_watches_keep_their_metrics() {
+    // Two short jobs: their first tasks finish the work. The run is killed
+    // -9 right after launching them, before their handles are saved; they
+    // end while no run watches, and the next run finds them ended (the
+    // write-ahead entries): their accuracy comes from their logs.
+    let (_, trainer) = binaries();
+    let run = Run::new();
+    let jobs: String = ["a", "b"]
+        .iter()
+        .map(|name| {
+            format!(
+                "[[job]]\nname = \"{name}\"\ncommand = [\"{}\"]\niterations = 600\ngang = 1\n\
+                 throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\n",
+                trainer.display()
+            )
+        })
+        .collect();
+    std::fs::write(&run.jobs, jobs).expect("jobs");
+    let killed = run
+        .command(&[])
+        .env("HADAR_TEST_CRASH_AT", "launched:1")
+        .output()
+        .expect("run hadar");
+    assert_eq!(killed.status.code(), None, "{}", text(&killed.stderr));
+    let t0 = Instant::now();
+    while !tasks_of(&run.state).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "tasks still run after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let v = report(&run.finish(&[]));
+    all_finished(&v);
+}
+
+#[test]
 fn ctrl_c_stops_the_tasks_after_their_checkpoints_and_the_run_resumes() {
     let run = Run::new();
     let child = run.start(&[]);

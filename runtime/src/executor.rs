@@ -1193,7 +1193,16 @@ impl RealRounds<'_> {
                 None => ended.entry(r.job).or_default().push(r),
             }
         }
-        // Launched and already ended: collected as any ended task is.
+        // Launched and already ended: no poll saw their last report, so
+        // their jobs' metrics (accuracy, loss) are read from their logs'
+        // ends; then they are collected as any ended task is.
+        for r in ended.values().flatten() {
+            if let Some(rep) = crate::logs::last_report(&*self.backend, &r.handle).await {
+                if !rep.metrics.is_empty() {
+                    self.state.jobs[r.job as usize].metrics = rep.metrics;
+                }
+            }
+        }
         let mut ledger = Ledger::default();
         if let Err(e) = self.bank(ended, &mut ledger).await {
             tracing::warn!(

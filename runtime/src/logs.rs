@@ -28,6 +28,20 @@ pub(crate) async fn tail(backend: &dyn Backend, task: &TaskHandle) -> Option<Str
     }
 }
 
+/// The last protocol report in `task`'s log (read through the backend),
+/// for a task that ended while no run watched it: no poll saw its last
+/// report, which carries the job's metrics. `None` if the log cannot be
+/// read in time or holds no report.
+pub(crate) async fn last_report(
+    backend: &dyn Backend,
+    task: &TaskHandle,
+) -> Option<hadar_backend::Report> {
+    match tokio::time::timeout(TAIL_WAIT, backend.log_tail(task, TAIL_BYTES)).await {
+        Ok(Ok(Some(text))) => hadar_backend::protocol::last_report(&text),
+        _ => None,
+    }
+}
+
 /// Where `task`'s log is, for people: `node:/path/task.log`.
 pub(crate) fn place(task: &TaskHandle) -> String {
     format!("{}:{}", task.node(), task.workdir.join(LOG_FILE).display())
