@@ -154,6 +154,10 @@ fn a_run_is_watched_scraped_and_rendered() {
         "summary not rendered:\n{dom}"
     );
     assert!(dom.contains("<rect"), "timeline not drawn:\n{dom}");
+    assert!(
+        dom.matches("<td>resnet-a</td>").count() >= 2,
+        "no rates row:\n{dom}"
+    );
 
     let out = run.0.take().expect("run").wait_with_output().expect("run");
     assert!(
@@ -176,6 +180,10 @@ fn a_run_is_watched_scraped_and_rendered() {
     assert!(
         frames.contains("(running, pid "),
         "the live run not seen live:\n{frames}"
+    );
+    assert!(
+        frames.contains("rates, iterations/s"),
+        "no rates:\n{frames}"
     );
     let last = frames.rsplit("\nrun hadar").next().expect("a frame");
     assert!(

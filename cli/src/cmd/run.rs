@@ -843,6 +843,12 @@ fn print_tasks(state: &hadar_runtime::RunState) {
 /// The rates the run plans with, a row per job and a column per GPU type:
 /// `1234.5 m3` measured (3 times), `g` given, `e` estimated, `p` prior.
 fn print_rates(rates: &[hadar_runtime::rates::BelievedRate]) {
+    print!("{}", rates_table(rates));
+}
+
+/// [`print_rates`]'s text (empty without rates): also a part of `hadar
+/// status --watch`'s frame.
+pub fn rates_table(rates: &[hadar_runtime::rates::BelievedRate]) -> String {
     let mut types: Vec<&str> = Vec::new();
     let mut jobs: Vec<&str> = Vec::new();
     for r in rates {
@@ -854,7 +860,7 @@ fn print_rates(rates: &[hadar_runtime::rates::BelievedRate]) {
         }
     }
     if rates.is_empty() {
-        return;
+        return String::new();
     }
     let header: Vec<String> = std::iter::once("job".to_string())
         .chain(types.iter().map(|t| escape(t)))
@@ -881,10 +887,10 @@ fn print_rates(rates: &[hadar_runtime::rates::BelievedRate]) {
                 .collect::<Vec<_>>(),
         );
     }
-    println!(
+    format!(
         "\nrates, iterations/s of the whole gang (m3: measured 3 times; g: given in the jobs \
          file; e: estimated from the job's other types through type ratios; p: nothing known \
-         yet, what similar jobs run at):"
-    );
-    print!("{}", t.render());
+         yet, what similar jobs run at):\n{}",
+        t.render()
+    )
 }

@@ -107,6 +107,7 @@ pub fn frame(v: &RunView) -> String {
         ]);
     }
     s += &t.render();
+    s += &super::run::rates_table(&v.rates);
     if !v.warnings.is_empty() {
         s += &format!("\nwarnings ({}, the latest last):\n", v.warnings_total);
         for w in v.warnings.iter().rev().take(5).rev() {
