@@ -76,6 +76,14 @@ fn a_run_is_watched_scraped_and_rendered() {
     let (_, trainer) = binaries();
     let dir = tempfile::tempdir().expect("tempdir");
     let jobs = jobs_file(dir.path(), &trainer);
+    // Slower than the example (about 20 s): the browser and the scrapes
+    // have time on a loaded machine before the run, and its server, end.
+    let spec = std::fs::read_to_string(&jobs).expect("jobs");
+    std::fs::write(
+        &jobs,
+        spec.replace("ITER_US = \"300\"", "ITER_US = \"800\""),
+    )
+    .expect("jobs");
     let state = dir.path().join("state");
     let (run, addr) = start_run(&state, &jobs);
     let mut run = Stopped(Some(run));
@@ -86,6 +94,7 @@ fn a_run_is_watched_scraped_and_rendered() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn hadar status --watch");
+    let mut watch = Killed(Some(watch));
 
     // Scrapes until the metrics have moved: more rounds, more iterations.
     let base = format!("http://{addr}");
@@ -170,7 +179,12 @@ fn a_run_is_watched_scraped_and_rendered() {
     let html = std::fs::read_to_string(state.with_extension("out").join("report.html"))
         .expect("report.html of hadar run --out");
     assert!(html.contains("<td>hadar</td>") && html.matches("<svg").count() == 3);
-    let out = watch.wait_with_output().expect("watch");
+    let out = watch
+        .0
+        .take()
+        .expect("watch")
+        .wait_with_output()
+        .expect("watch");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let frames = text(&out.stdout);
     assert!(
@@ -204,6 +218,18 @@ impl Drop for Stopped {
     fn drop(&mut self) {
         if let Some(mut c) = self.0.take() {
             common::signal(c.id(), "-INT");
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A child killed if the test fails before it ended.
+struct Killed(Option<Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
             let _ = c.wait();
         }
     }

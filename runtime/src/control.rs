@@ -64,7 +64,9 @@ pub fn is_running(dir: &Path) -> bool {
 /// The pid of the process that holds `dir` now, as the kernel's table of
 /// locks (`/proc/locks`) says, without touching the lock: a viewer that
 /// asks every second must never make a starting run find the directory
-/// busy. `None` if no process holds it (or the table cannot be read).
+/// busy. `None` if no process holds it (or the table cannot be read). Only
+/// this machine's kernel is asked: a run on another machine sharing the
+/// directory (NFS) or in another PID namespace is not seen.
 pub fn holder(dir: &Path) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(lock_path(dir)).ok()?;
@@ -87,7 +89,9 @@ fn holder_in(table: &str, id: &str) -> Option<u32> {
         // line starts `1: -> FLOCK ...` and holds nothing.
         let fields: Vec<&str> = line.split_whitespace().collect();
         match fields.as_slice() {
-            [_, "FLOCK", _, _, pid, file, ..] if *file == id => pid.parse().ok(),
+            // WRITE: the run's exclusive lock (`hadar stop`'s probe of
+            // whether a run holds the directory takes a READ one briefly).
+            [_, "FLOCK", _, "WRITE", pid, file, ..] if *file == id => pid.parse().ok(),
             _ => None,
         }
     })
@@ -179,10 +183,12 @@ mod tests {
         assert_eq!(holder(dir.path()), None, "released");
         let table = "1: FLOCK  ADVISORY  WRITE 4242 00:2a:77 0 EOF\n\
                      1: -> FLOCK  ADVISORY  WRITE 5151 00:2a:77 0 EOF\n\
-                     2: POSIX  ADVISORY  WRITE 99 00:2a:78 0 EOF\n";
+                     2: POSIX  ADVISORY  WRITE 99 00:2a:78 0 EOF\n\
+                     3: FLOCK  ADVISORY  READ 77 00:2a:79 0 EOF\n";
         assert_eq!(holder_in(table, "00:2a:77"), Some(4242));
         assert_eq!(holder_in(table, "00:2a:78"), None, "not a flock");
         assert_eq!(holder_in(table, "00:2a:7"), None, "another file");
+        assert_eq!(holder_in(table, "00:2a:79"), None, "a reader's probe");
     }
 
     #[test]

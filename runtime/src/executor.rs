@@ -967,19 +967,18 @@ impl RealRounds<'_> {
             .iter()
             .map(|t| {
                 let key = (t.job.0, t.copy);
-                let from = ledger
-                    .started
-                    .get(&key)
-                    .copied()
-                    .unwrap_or(start)
-                    .max(start);
-                let to = ledger.ended.get(&key).copied().unwrap_or(now).min(now);
+                let busy_s = busy_seconds(
+                    ledger.started.get(&key).copied(),
+                    ledger.ended.get(&key).copied(),
+                    start,
+                    now,
+                );
                 TaskReport {
                     job: t.job,
                     copy: t.copy,
                     gpus: t.gpus.len() as u32,
                     steps: ledger.steps.get(&key).copied().unwrap_or(0),
-                    busy_s: (to - from).max(0.0),
+                    busy_s,
                     gpu_type: single_type(&self.cluster, &t.gpus),
                 }
             })
@@ -1333,5 +1332,40 @@ impl RealRounds<'_> {
             }
         }
         Ok(self.report(plan, jobs, ledger))
+    }
+}
+/// Seconds a task of (job, copy) ran in the round from `start` to `now`:
+/// from its launch (`started`, if this round launched it) to its end
+/// (`ended`, if it ended). An end recorded before the launch is the
+/// previous task's of the same (job, copy), stopped by this round's switch
+/// when the job moved: the new one runs on to `now` (taking that end as
+/// its own counted a moved job's round as 0 s busy: utilization and GPU
+/// seconds came out low, and its timeline had holes).
+fn busy_seconds(started: Option<f64>, ended: Option<f64>, start: f64, now: f64) -> f64 {
+    let from = started.unwrap_or(start).max(start);
+    let to = match ended {
+        Some(e) if e > from => e.min(now),
+        _ => now,
+    };
+    (to - from).max(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::busy_seconds;
+
+    #[test]
+    fn a_task_is_busy_from_its_launch_to_its_end_or_now() {
+        // Kept from the last round: the whole round.
+        assert_eq!(busy_seconds(None, None, 10.0, 11.0), 1.0);
+        // Launched this round at 10.25, still running.
+        assert_eq!(busy_seconds(Some(10.25), None, 10.0, 11.0), 0.75);
+        // Launched at 10.25, ended at 10.5.
+        assert_eq!(busy_seconds(Some(10.25), Some(10.5), 10.0, 11.0), 0.25);
+        // Kept, ended at 10.5.
+        assert_eq!(busy_seconds(None, Some(10.5), 10.0, 11.0), 0.5);
+        // Moved: the old task stopped at 10.1, the new one launched at
+        // 10.25 runs on; the old end is not the new task's.
+        assert_eq!(busy_seconds(Some(10.25), Some(10.1), 10.0, 11.0), 0.75);
     }
 }

@@ -587,6 +587,7 @@ fn run_info(config: &RunConfig) -> state::RunInfo {
         round_s: config.round_s,
         totals: config.jobs.iter().map(|j| j.iterations).collect(),
         arrivals: config.jobs.iter().map(|j| j.arrival).collect(),
+        gangs: config.jobs.iter().map(|j| j.gang()).collect(),
         gpus: c
             .gpus()
             .iter()

@@ -213,6 +213,9 @@ pub struct RunInfo {
     pub totals: Vec<u64>,
     /// Each job's arrival (s after the start), by id.
     pub arrivals: Vec<f64>,
+    /// Each job's gang (GPUs at once; the first alternative's), by id.
+    #[serde(default)]
+    pub gangs: Vec<u32>,
     /// Every GPU of the cluster: node, index on the node, type.
     pub gpus: Vec<(String, u32, String)>,
 }

@@ -56,8 +56,9 @@ impl Watcher {
     }
 
     fn look(&mut self) {
-        // Read as a viewer does, while the run writes: a state being
-        // replaced is never half read (the run renames it into place).
+        // Read as a viewer does, between two saves (the callback runs in
+        // the run's loop; a viewer in another process may read during a
+        // save, and sees the old or the new file: saves rename into place).
         let view = match hadar_runtime::view::load(&self.dir) {
             Ok(Some(v)) => v,
             Ok(None) => return,

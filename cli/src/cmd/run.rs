@@ -336,6 +336,15 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         }
     }
     let backend = backend(&args, &cluster, &cluster_text)?;
+    // A report directory that cannot be written is said before hours of
+    // running, not after.
+    if let Some(dir) = &args.out {
+        let probe = dir.join(".hadar-write-test");
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&probe, b""))
+            .and_then(|()| std::fs::remove_file(&probe))
+            .map_err(|e| CliError::output(format!("--out {}", dir.display()), e))?;
+    }
     // Bound before the run starts: a busy port is said before any task runs.
     if let Some(addr) = &args.serve {
         let l = super::serve::bind(addr, super::serve::read_token(None)?)?;
@@ -421,11 +430,18 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     {
         tracing::warn!("{}", escape_lines(w));
     }
-    print_report(&config, &args, &report)?;
+    // The files first: a failure to write them is not hidden behind a
+    // report that reads as success.
     if let Some(dir) = &args.out {
         write_run_outputs(&config, &args, &report, dir)?;
     }
-    Ok(())
+    if args.serve.is_some() {
+        eprintln!(
+            "the live view closes with the run; `hadar serve --state {}` serves it again",
+            escape(&args.state.display().to_string())
+        );
+    }
+    print_report(&config, &args, &report)
 }
 
 /// A job's throughput may leave out any GPU type (the run measures it), but

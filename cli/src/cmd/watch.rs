@@ -40,7 +40,10 @@ pub fn run(dir: &Path, every: Duration) -> Result<(), CliError> {
             }
             last = frame;
         }
-        if view.is_some_and(|v| v.finished) {
+        // Done: the run finished; or, in a pipe, no run holds the directory
+        // (a stopped run: the frame said how to resume it; a terminal's
+        // watcher waits for the resume).
+        if view.is_some_and(|v| v.finished || (!tty && v.live_pid.is_none())) {
             return Ok(());
         }
         std::thread::sleep(every);

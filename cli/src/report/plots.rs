@@ -164,7 +164,7 @@ fn write_svg(
 ) -> Result<(), CliError> {
     let svg = render_svg(size, draw)
         .map_err(|e| CliError::output(path.display(), io::Error::other(e)))?;
-    fs::write(path, svg).map_err(|e| CliError::output(path.display(), e))
+    crate::cmd::trace::write_atomically(path, svg.as_bytes())
 }
 
 /// Renders an SVG of `size` (px) on a white background into a string.

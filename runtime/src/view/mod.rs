@@ -267,8 +267,16 @@ fn why_waiting(s: &RunState, p: &crate::state::JobProgress, i: usize) -> String 
         );
     }
     let busy = s.running.iter().map(|r| r.gpus.len()).sum::<usize>();
-    let policy = s.info.as_ref().map_or("the policy", |f| f.policy.as_str());
-    format!("queued: {policy} gave this round's GPUs to other jobs ({busy} GPUs busy)")
+    let info = s.info.as_ref();
+    let policy = info.map_or("the policy", |f| f.policy.as_str());
+    let gpus = info.map_or(0, |f| f.gpus.len());
+    let needs = info
+        .and_then(|f| f.gangs.get(i))
+        .map_or(String::new(), |g| format!("it needs {g} GPU(s) at once; "));
+    format!(
+        "queued: {policy} did not place it this round ({needs}{} of {gpus} GPUs free)",
+        gpus.saturating_sub(busy)
+    )
 }
 
 fn gpus(s: &RunState) -> Vec<GpuView> {

@@ -28,7 +28,10 @@ use crate::report::escape;
 /// The environment variable that holds the token.
 pub const TOKEN_ENV: &str = "HADAR_SERVE_TOKEN";
 
-/// Options of `hadar serve`.
+/// Serve a run's live view over HTTP: a page, JSON and Prometheus metrics.
+///
+/// Reads the run's state directory only (a live, stopped or finished run of
+/// any backend). Loopback by default; any other address needs a token.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The run's state directory.
@@ -55,7 +58,12 @@ pub struct Listener {
 
 /// Binds `addr`, refusing a non-loopback address without a token.
 pub fn bind(addr: &str, token: Option<String>) -> Result<Listener, CliError> {
-    let parsed: SocketAddr = addr.parse().map_err(|e| {
+    // `localhost` is loopback's name: IPv4's, as the default address.
+    let spelled = match addr.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => addr.to_string(),
+    };
+    let parsed: SocketAddr = spelled.parse().map_err(|e| {
         CliError::Usage(format!(
             "--serve/--addr {}: {e}; expected IP:PORT, such as 127.0.0.1:9464",
             escape(addr)
@@ -63,13 +71,18 @@ pub fn bind(addr: &str, token: Option<String>) -> Result<Listener, CliError> {
     })?;
     if !parsed.ip().is_loopback() && token.is_none() {
         return Err(CliError::Usage(format!(
-            "{parsed} is reachable from other machines: set {TOKEN_ENV} (or --token-file) to a \
+            "{parsed} is reachable from other machines: set {TOKEN_ENV} (or `hadar serve \
+             --token-file`) to a \
              secret every request must carry, or listen on 127.0.0.1 and reach it through an \
              SSH tunnel (ssh -L 9464:127.0.0.1:9464 HEAD)"
         )));
     }
-    let listener = std::net::TcpListener::bind(parsed)
-        .map_err(|e| CliError::output(format!("listening on {parsed}"), e))?;
+    let listener = std::net::TcpListener::bind(parsed).map_err(|e| {
+        CliError::Input(format!(
+            "cannot listen on {parsed}: {e}; pick another port (port 0 takes any free one, \
+             printed)"
+        ))
+    })?;
     listener
         .set_nonblocking(true)
         .map_err(|e| CliError::output(format!("listening on {parsed}"), e))?;
@@ -94,6 +107,10 @@ pub fn read_token(file: Option<&Path>) -> Result<Option<String>, CliError> {
         })?),
         None => std::env::var(TOKEN_ENV).ok(),
     };
+    // Out of this process's environment, which tasks inherit (the local
+    // backend's processes, Slurm's steps): the secret stays with the server.
+    // Read and removed before the run starts its async runtime.
+    std::env::remove_var(TOKEN_ENV);
     match t.map(|t| t.trim().to_string()) {
         Some(t) if t.len() < 16 => Err(CliError::Usage(format!(
             "the serve token is {} characters long: use at least 16 (openssl rand -hex 16)",
@@ -106,6 +123,12 @@ pub fn read_token(file: Option<&Path>) -> Result<Option<String>, CliError> {
 /// `hadar serve`: serves until interrupted.
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let l = bind(&args.addr, read_token(args.token_file.as_deref())?)?;
+    if !args.state.is_dir() {
+        eprintln!(
+            "warning: {} does not exist (yet): the view answers 404 until a run saves there",
+            escape(&args.state.display().to_string())
+        );
+    }
     eprintln!(
         "serving {} on http://{}/ (Ctrl-C stops)",
         escape(&args.state.display().to_string()),
@@ -148,10 +171,11 @@ fn serve_blocking(l: Listener, state: PathBuf) -> Result<(), CliError> {
 struct Served {
     dir: PathBuf,
     token: Option<String>,
-    /// The last view and the state file's modification time it was read
-    /// at: a scrape every second of a long run's history costs one read
+    /// The last view and the state file it was read from (inode, length,
+    /// modification time: every save writes a new file and renames it into
+    /// place): a scrape every second of a long run's history costs one read
     /// per save, not one per request.
-    cache: Mutex<Option<(SystemTime, Arc<RunView>)>>,
+    cache: Mutex<Option<(FileKey, Arc<RunView>)>>,
 }
 
 fn router(s: Arc<Served>) -> Router {
@@ -215,7 +239,21 @@ impl Served {
     /// Checks the request's token where one is set.
     fn allowed(&self, h: &HeaderMap, q: &Q) -> Result<(), Refused> {
         let Some(want) = &self.token else {
-            return Ok(());
+            // Loopback without a token: a web page elsewhere could point
+            // its own name at 127.0.0.1 (DNS rebinding) and read the run;
+            // its requests carry its name in Host, so only loopback names
+            // are served.
+            let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
+            return if host.is_some_and(loopback_host) {
+                Ok(())
+            } else {
+                Err(Refused(
+                    StatusCode::FORBIDDEN,
+                    "served to loopback names only (localhost, 127.0.0.1, [::1]); set a token \
+                     to serve other names"
+                        .into(),
+                ))
+            };
         };
         let bearer = h
             .get(header::AUTHORIZATION)
@@ -241,21 +279,29 @@ impl Served {
     }
 
     fn view_now(&self) -> Result<Arc<RunView>, Refused> {
-        let path = hadar_runtime::state::state_path(&self.dir);
-        let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let key = file_key(&hadar_runtime::state::state_path(&self.dir));
+        // Whether a run holds the directory is asked every time: the last
+        // save of a killed run does not say that it died.
+        let live_pid = hadar_runtime::control::holder(&self.dir);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(m), Some((at, v))) = (modified, cache.as_ref()) {
-            if m == *at {
-                return Ok(v.clone());
+        if let (Some(k), Some((at, v))) = (key, cache.as_ref()) {
+            if k == *at {
+                return Ok(Arc::new(RunView {
+                    live_pid,
+                    ..(**v).clone()
+                }));
             }
         }
         match hadar_runtime::view::load(&self.dir) {
             Ok(Some(v)) => {
                 let v = Arc::new(v);
-                if let Some(m) = modified {
-                    *cache = Some((m, v.clone()));
+                if let Some(k) = key {
+                    *cache = Some((k, v.clone()));
                 }
-                Ok(v)
+                Ok(Arc::new(RunView {
+                    live_pid,
+                    ..(*v).clone()
+                }))
             }
             Ok(None) => Err(Refused(
                 StatusCode::NOT_FOUND,
@@ -267,6 +313,15 @@ impl Served {
             Err(e) => Err(Refused::internal(e.to_string())),
         }
     }
+}
+
+/// What tells one saved state file from the next.
+type FileKey = (u64, u64, SystemTime);
+
+fn file_key(path: &Path) -> Option<FileKey> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.ino(), m.len(), m.modified().ok()?))
 }
 
 /// A request answered with an error: its status and what to say.
@@ -290,6 +345,18 @@ impl IntoResponse for Refused {
     }
 }
 
+/// Whether a Host header names this machine's loopback (any port).
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.split(':').next().unwrap_or(""),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Compares in time independent of where the bytes differ.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -307,9 +374,35 @@ mod tests {
     }
 
     #[test]
+    fn only_loopback_names_without_a_token() {
+        for ok in [
+            "localhost",
+            "localhost:9464",
+            "127.0.0.1:80",
+            "127.1.2.3",
+            "[::1]:9464",
+            "[::1]",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:9464",
+            "10.0.0.1:9464",
+            "[::2]:1",
+            "",
+            "localhost.evil",
+        ] {
+            assert!(!loopback_host(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn other_machines_need_a_token() {
         let e = bind("0.0.0.0:0", None).expect_err("refused");
         assert!(e.to_string().contains(TOKEN_ENV), "{e}");
+        let l = bind("localhost:0", None).expect("localhost");
+        assert!(l.addr.ip().is_loopback());
         let e = bind("nowhere", None).expect_err("refused");
         assert!(e.to_string().contains("expected IP:PORT"), "{e}");
         let l = bind("127.0.0.1:0", None).expect("loopback");
