@@ -75,6 +75,7 @@ fn run_state(loop_state: LoopState, history: Option<Mark>) -> RunState {
         backend: None,
         home: None,
         info: None,
+        switches: Default::default(),
     }
 }
 

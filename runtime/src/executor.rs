@@ -1284,6 +1284,7 @@ impl RealRounds<'_> {
         if self.stop_asked() {
             return Err(RunError::Stopped);
         }
+        let switch_from = self.now();
         let mut ledger = Ledger::default();
         let desired: HashMap<Key, Vec<(String, u32)>> = plan
             .tasks
@@ -1305,6 +1306,8 @@ impl RealRounds<'_> {
         if ledger.lost_nodes.is_empty() {
             self.launch_new(plan, &desired, &mut ledger).await?;
         }
+        let switched = self.now() - switch_from;
+        self.state.switches.add(switched.max(0.0));
         self.persist()?;
         (self.on_event)(Event::Round {
             round: plan.index,

@@ -633,6 +633,7 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             backend: None,
             home: None,
             info: None,
+            switches: state::Switches::default(),
         }),
     }
 }

@@ -199,6 +199,34 @@ pub struct RunState {
     /// `hadar serve`): none in states of older versions.
     #[serde(default)]
     pub info: Option<RunInfo>,
+    /// How long its round switches took (stops, checkpoints collected,
+    /// launches), for viewers.
+    #[serde(default)]
+    pub switches: Switches,
+}
+
+/// Round switches' durations: from a round's start until its tasks are
+/// launched (the time a round's GPUs wait for the plan to take effect).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Switches {
+    /// Switches so far.
+    pub count: u64,
+    /// Their seconds in all.
+    pub total_s: f64,
+    /// The longest.
+    pub max_s: f64,
+    /// The latest.
+    pub last_s: f64,
+}
+
+impl Switches {
+    /// Counts a switch of `s` seconds.
+    pub fn add(&mut self, s: f64) {
+        self.count += 1;
+        self.total_s += s;
+        self.max_s = self.max_s.max(s);
+        self.last_s = s;
+    }
 }
 
 /// The settings and the cluster a run works with, as its viewers need them
@@ -405,6 +433,7 @@ mod tests {
             backend: None,
             home: None,
             info: None,
+            switches: Default::default(),
         }
     }
 

@@ -14,6 +14,7 @@ struct Look {
     round: f64,
     iterations: f64,
     busy: f64,
+    switches: f64,
     nodes: BTreeSet<String>,
 }
 
@@ -70,6 +71,7 @@ impl Watcher {
             round: sum(&text, "hadar_round"),
             iterations: sum(&text, "hadar_job_iterations"),
             busy: sum(&text, "hadar_gpus_busy"),
+            switches: sum(&text, "hadar_round_switches_total"),
             nodes: view
                 .gpus
                 .iter()
@@ -94,6 +96,11 @@ impl Watcher {
         assert!(
             last.iterations > first.iterations,
             "iterations did not move: {:?}",
+            self.looks
+        );
+        assert!(
+            last.switches > first.switches,
+            "round switches not counted: {:?}",
             self.looks
         );
         assert!(

@@ -73,6 +73,16 @@ pub fn frame(v: &RunView) -> String {
         v.decisions.count,
         v.decisions.max_s * 1e3
     );
+    let sw = v.switches;
+    if sw.count > 0 {
+        s += &format!(
+            "round switches: {}, {:.2} s on average, longest {:.2} s, latest {:.2} s\n",
+            sw.count,
+            sw.total_s / sw.count as f64,
+            sw.max_s,
+            sw.last_s
+        );
+    }
     if !v.types.is_empty() {
         s += &format!("GPUs busy: {}\n", types_line(&v.types));
     }

@@ -61,6 +61,8 @@ pub struct RunView {
     pub decisions: Decisions,
     /// Launch rounds so far.
     pub launches: u64,
+    /// Round switches' durations.
+    pub switches: crate::state::Switches,
     /// The latest GPU spans (GPU index into `gpus`, job id, start, end):
     /// the timeline. Spans still open end at `now_s`.
     pub spans: Vec<(u32, u32, f64, f64)>,
@@ -199,6 +201,7 @@ pub fn view(s: &RunState) -> RunView {
         rates: s.rates.clone(),
         decisions,
         launches: s.launches,
+        switches: s.switches,
         spans: spans(s, now_s),
         warnings: warnings[warnings.len().saturating_sub(MAX_WARNINGS)..].to_vec(),
         warnings_total: warnings.len(),

@@ -167,6 +167,31 @@ pub fn render(view: &RunView) -> String {
         "Warnings the run raised",
         view.warnings_total as f64,
     );
+    let sw = view.switches;
+    counter(
+        &mut r,
+        "round_switches",
+        "Round switches done",
+        sw.count as f64,
+    );
+    counter(
+        &mut r,
+        "round_switch_seconds",
+        "Seconds round switches took (stops, checkpoints, launches)",
+        sw.total_s,
+    );
+    gauge(
+        &mut r,
+        "round_switch_seconds_max",
+        "The longest round switch (s)",
+        sw.max_s,
+    );
+    gauge(
+        &mut r,
+        "round_switch_seconds_last",
+        "The latest round switch (s)",
+        sw.last_s,
+    );
     family(
         &mut r,
         "job_rate",
