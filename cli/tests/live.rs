@@ -179,6 +179,10 @@ fn a_run_is_watched_scraped_and_rendered() {
     let html = std::fs::read_to_string(state.with_extension("out").join("report.html"))
         .expect("report.html of hadar run --out");
     assert!(html.contains("<td>hadar</td>") && html.matches("<svg").count() == 3);
+    assert!(
+        html.contains("<td>rec-b</td>"),
+        "no jobs table in the run's report"
+    );
     let out = watch
         .0
         .take()

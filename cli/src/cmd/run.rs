@@ -595,6 +595,7 @@ fn write_run_outputs(
         &crate::report::html::Heading {
             title: "hadar run",
             settings: &settings,
+            tables: &[("Jobs", &jobs_table(report))],
         },
     )?;
     if !args.json {
@@ -636,6 +637,13 @@ fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Resul
     let results = std::slice::from_ref(&report.result);
     summary::print("jobs", &workload, &source, None, results);
     println!();
+    print!("{}", jobs_table(report).render());
+    Ok(())
+}
+
+/// The report's table of jobs: state, JCT, iterations, lost work, metrics,
+/// where each ran.
+fn jobs_table(report: &RunReport) -> Table {
     let mut t = Table::new([
         "job",
         "state",
@@ -660,8 +668,7 @@ fn print_report(config: &RunConfig, args: &RunArgs, report: &RunReport) -> Resul
             ran_on(&j.ran_on),
         ]);
     }
-    print!("{}", t.render());
-    Ok(())
+    t
 }
 
 /// `ran_on` of a job of `hadar status --json`'s list.

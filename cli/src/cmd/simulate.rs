@@ -478,6 +478,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             &crate::report::html::Heading {
                 title: "hadar simulate",
                 settings: &summary_line(experiment.settings()),
+                tables: &[],
             },
         )?;
     }

@@ -30,6 +30,8 @@ pub struct Heading<'a> {
     pub title: &'a str,
     /// The settings line printed under the table.
     pub settings: &'a str,
+    /// More tables after the comparison, each under its title.
+    pub tables: &'a [(&'a str, &'a super::table::Table)],
 }
 
 /// Writes `dir/report.html`: `c`, the warnings (each with its policy) and
@@ -52,6 +54,9 @@ pub fn write_report(
         "<p class=\"note\">settings: {}</p>\n",
         esc(heading.settings)
     );
+    for (title, table) in heading.tables {
+        body += &format!("<h2>{}</h2>\n{}", esc(title), table.render_html(esc));
+    }
     if !warnings.is_empty() {
         body += "<h2>Warnings</h2>\n<ul>\n";
         for w in warnings {
