@@ -187,17 +187,9 @@ fn bar(share: f64) -> String {
     )
 }
 
-/// Seconds in the unit that reads best.
+/// Seconds in the unit that reads best (the plots' rule).
 pub fn duration(s: f64) -> String {
-    if s >= 2.0 * 86_400.0 {
-        format!("{:.1} days", s / 86_400.0)
-    } else if s >= 2.0 * 3600.0 {
-        format!("{:.1} h", s / 3600.0)
-    } else if s >= 120.0 {
-        format!("{:.1} min", s / 60.0)
-    } else {
-        format!("{s:.0} s")
-    }
+    crate::report::plots::TimeUnit::say(s)
 }
 
 #[cfg(test)]

@@ -235,9 +235,9 @@ fn ink_on(c: RGBColor) -> RGBColor {
 
 // -------------------------------------------------------------- time axes
 
-/// A unit for a time axis.
+/// A unit for a time axis (and for a duration said in words).
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct TimeUnit {
+pub(crate) struct TimeUnit {
     /// Its name in axis labels.
     name: &'static str,
     /// Its length (s).
@@ -265,7 +265,7 @@ impl TimeUnit {
     /// The unit for an axis spanning `span_s` seconds: the largest unit the
     /// span holds at least twice, so that ticks are numbers a reader takes
     /// in at once (90 s in s rather than 0.025 h; a week in days).
-    fn for_span(span_s: f64) -> Self {
+    pub(crate) fn for_span(span_s: f64) -> Self {
         [DAYS, HOURS, MINUTES]
             .into_iter()
             .find(|u| span_s >= 2.0 * u.seconds)
@@ -275,6 +275,16 @@ impl TimeUnit {
     /// `s` seconds in this unit.
     fn of(self, s: f64) -> f64 {
         s / self.seconds
+    }
+
+    /// `s` seconds in the unit that suits them: `42 s`, `3.5 min`, `2.0 h`.
+    pub(crate) fn say(s: f64) -> String {
+        let u = Self::for_span(s);
+        if u == SECONDS {
+            format!("{s:.0} s")
+        } else {
+            format!("{:.1} {}", u.of(s), u.name)
+        }
     }
 
     /// An axis label naming the unit: `what (unit)`.

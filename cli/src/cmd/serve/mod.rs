@@ -280,28 +280,25 @@ impl Served {
 
     fn view_now(&self) -> Result<Arc<RunView>, Refused> {
         let key = file_key(&hadar_runtime::state::state_path(&self.dir));
-        // Whether a run holds the directory is asked every time: the last
-        // save of a killed run does not say that it died.
-        let live_pid = hadar_runtime::control::holder(&self.dir);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if let (Some(k), Some((at, v))) = (key, cache.as_ref()) {
             if k == *at {
+                // Whether a run holds the directory is asked again: the
+                // last save of a killed run does not say that it died.
                 return Ok(Arc::new(RunView {
-                    live_pid,
+                    live_pid: hadar_runtime::control::holder(&self.dir),
                     ..(**v).clone()
                 }));
             }
         }
+        // A fresh load asks it itself.
         match hadar_runtime::view::load(&self.dir) {
             Ok(Some(v)) => {
                 let v = Arc::new(v);
                 if let Some(k) = key {
                     *cache = Some((k, v.clone()));
                 }
-                Ok(Arc::new(RunView {
-                    live_pid,
-                    ..(*v).clone()
-                }))
+                Ok(v)
             }
             Ok(None) => Err(Refused(
                 StatusCode::NOT_FOUND,
