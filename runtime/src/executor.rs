@@ -250,13 +250,30 @@ impl RealRounds<'_> {
         if tasks.is_empty() {
             return Ok(());
         }
+        let (stopped, failed) = self.stop_tasks(tasks, ledger).await;
+        self.stop_stranded(ledger).await;
+        let banked = self.bank_running(by_job(stopped), ledger).await;
+        match failed {
+            Some(e) => Err(e),
+            None => banked,
+        }
+    }
+
+    /// Stops `tasks` (already out of the running list) and books their last
+    /// progress; returns those stopped, and the first error. A task that
+    /// could not be stopped stays ours, recorded as running.
+    async fn stop_tasks(
+        &mut self,
+        tasks: Vec<Running>,
+        ledger: &mut Ledger,
+    ) -> (Vec<Running>, Option<RunError>) {
         let handles = tasks
             .iter()
             .map(|r| (r.handle.clone(), self.stop_policy(r.job)))
             .collect();
         let results = stop_each(&self.backend, handles).await;
         let now = self.now();
-        let mut by_job: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
+        let mut stopped = Vec::new();
         let mut failed: Option<RunError> = None;
         for (mut r, res) in tasks.into_iter().zip(results) {
             match res {
@@ -266,7 +283,7 @@ impl RealRounds<'_> {
                     // ones, where no poll saw a report before the stop).
                     absorb(&mut r, &mut self.state.jobs, &status, ledger, now);
                     ledger.ended.entry((r.job, r.copy)).or_insert(now);
-                    by_job.entry(r.job).or_default().push(r);
+                    stopped.push(r);
                 }
                 Err(e) => match e.lost_node() {
                     Some(node) => {
@@ -275,20 +292,13 @@ impl RealRounds<'_> {
                         self.lose(ledger, &node, &e);
                     }
                     None => {
-                        // Not stopped: it stays ours, recorded, and the
-                        // others are still banked before the error returns.
                         failed.get_or_insert(self.task_error(&r, "stop", e));
                         self.state.running.push(r);
                     }
                 },
             }
         }
-        self.stop_stranded(ledger).await;
-        let banked = self.bank_running(by_job, ledger).await;
-        match failed {
-            Some(e) => Err(e),
-            None => banked,
-        }
+        (stopped, failed)
     }
 
     /// [`Self::bank`] for tasks that were running: those whose checkpoints
@@ -792,22 +802,27 @@ impl RealRounds<'_> {
         self.stop_stranded(ledger).await;
         self.stop_hung(&hung, now, ledger).await?;
         self.stop_keys(&broken, ledger).await?;
+        // Copies stopped as past the total are banked with those of their
+        // job that just ended, as one merge: banked apart, the last
+        // installed would replace the others' model (their work counted,
+        // their weights gone).
         let enough = self.copies_past_the_total(&ended);
-        self.stop_keys(&enough, ledger).await?;
+        let past = self.take_running(&enough);
+        let (stopped, not_stopped) = self.stop_tasks(past, ledger).await;
         self.say_crashes(crashed, ledger).await;
         // Ended tasks leave; their checkpoints are banked.
-        let (gone, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
-            .into_iter()
-            .partition(|r| ended.contains(&(r.job, r.copy)));
-        self.state.running = rest;
-        let mut by_job: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
-        for r in gone {
+        let mut gone = self.take_running(&ended);
+        for r in &gone {
             ledger.ended.insert((r.job, r.copy), now);
-            by_job.entry(r.job).or_default().push(r);
         }
+        gone.extend(stopped);
+        let by_job = by_job(gone);
         let mut finished_any = false;
         let jobs: Vec<u32> = by_job.keys().copied().collect();
         self.bank_running(by_job, ledger).await?;
+        if let Some(e) = not_stopped {
+            return Err(e);
+        }
         for job in jobs {
             if self.state.jobs[job as usize].complete {
                 // The job is done: its other copies stop.
@@ -950,11 +965,17 @@ impl RealRounds<'_> {
         if keys.is_empty() {
             return Ok(());
         }
-        let (stop, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
+        let stop = self.take_running(keys);
+        self.finish_tasks(stop, ledger).await
+    }
+
+    /// Takes the tasks with these keys out of the running list.
+    fn take_running(&mut self, keys: &HashSet<Key>) -> Vec<Running> {
+        let (taken, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
             .into_iter()
             .partition(|r| keys.contains(&(r.job, r.copy)));
         self.state.running = rest;
-        self.finish_tasks(stop, ledger).await
+        taken
     }
 
     /// The round's report: each planned task's steps and busy time, and
@@ -1041,6 +1062,15 @@ impl RealRounds<'_> {
             .sum();
         (p.held + running).min(total.saturating_sub(1))
     }
+}
+
+/// Tasks grouped by job, as they are banked.
+fn by_job(tasks: Vec<Running>) -> BTreeMap<u32, Vec<Running>> {
+    let mut by_job: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
+    for r in tasks {
+        by_job.entry(r.job).or_default().push(r);
+    }
+    by_job
 }
 
 /// The iterations a task's fetched checkpoint holds beyond the one it

@@ -331,6 +331,63 @@ async fn copies_that_keep_their_gpus_are_still_merged_every_round() {
     assert!(state.launching.is_empty(), "{:?}", state.launching);
 }
 
+/// A copy that reaches the job's total on its own between two polls is
+/// banked with the copy still running, as one merge: before, the running
+/// copy was stopped and banked first, then the finished one was installed
+/// over it (its work counted, its weights gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_reaches_the_total_alone_is_merged_with_the_others() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let total = 3000;
+    let trainer = local_trainer().display().to_string();
+    // Copy 0 trains slowly; copy 1 waits, then runs all 3,000 iterations
+    // in milliseconds, well inside one 100 ms poll.
+    let script = r#"if [ "$HADAR_COPY" = 1 ]; then sleep 0.6; HADAR_TRAINER_ITER_US=0 exec "$0"; fi; exec "$0""#;
+    let jobs = format!(
+        "[[job]]\nname = \"race\"\ncommand = [\"sh\", \"-c\", '{script}', \"{trainer}\"]\n\
+         iterations = {total}\nthroughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
+         env = {{ HADAR_TRAINER_ITER_US = \"5000\" }}\n"
+    );
+    let mut cfg = first_job_config(
+        PolicyKind::HadarE,
+        dir.path(),
+        total,
+        FirstJob("two-copies", two_copies),
+    );
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    cfg.round_s = 30.0;
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    assert_eq!(report.jobs[0].state, "finished", "{:?}", report.jobs[0]);
+    let checkpoint = |copy: u32| {
+        let task = std::fs::read_dir(dir.path().join("tasks"))
+            .expect("tasks")
+            .map(|e| e.expect("entry").path())
+            .find(|p| {
+                let name = p.file_name().expect("name").to_string_lossy();
+                name.starts_with("job0-round0-") && name.contains(&format!("-copy{copy}-"))
+            })
+            .unwrap_or_else(|| panic!("no task dir of copy {copy}"));
+        task.join("checkpoint.safetensors")
+    };
+    let step = |p: &std::path::Path| {
+        hadar_checkpoint::read_step(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .expect("a step")
+    };
+    let (slow, fast) = (checkpoint(0), checkpoint(1));
+    assert_eq!(step(&fast), total, "copy 1 ran to the total alone");
+    let behind = step(&slow);
+    assert!(behind > 0 && behind < total, "copy 0 stopped at {behind}");
+    // The job's model is the merge of both: its step counts both copies'
+    // work, and its weights are neither copy's.
+    let latest = dir.path().join("jobs/0/latest.safetensors");
+    assert_eq!(step(&latest), total + behind);
+    let bytes = |p: &std::path::Path| std::fs::read(p).expect("read");
+    assert_ne!(bytes(&latest), bytes(&fast), "copy 1's model alone");
+}
+
 /// Gives job 0 the same GPU twice.
 fn invalid(job: JobId) -> Vec<Task> {
     vec![Task {
