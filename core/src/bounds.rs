@@ -358,6 +358,7 @@ mod tests {
             arrival_s: arrival,
             priority_weight: 1.0,
             slo_s: None,
+            restart_s: None,
             launch: Launch::default(),
             batch: crate::job::BatchInfo::default(),
             placement: crate::job::Placement::default(),

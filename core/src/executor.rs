@@ -49,6 +49,15 @@ pub struct TaskReport {
     pub busy_s: f64,
     /// Which GPU type it ran on when it used one type only.
     pub gpu_type: Option<crate::cluster::GpuTypeId>,
+    /// Whether it started (or restarted) in this round rather than ran on
+    /// from the last one (a job's first start, a move, a resume).
+    #[serde(default)]
+    pub started: bool,
+    /// Seconds of the round it held its GPUs without progress while it
+    /// (re)started (the simulator charges the job's restart cost; a real
+    /// run measures launch to first progress). Part of `busy_s`.
+    #[serde(default)]
+    pub restart_s: f64,
 }
 
 /// What a round did.

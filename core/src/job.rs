@@ -45,6 +45,10 @@ pub struct Job {
     pub batch: BatchInfo,
     /// Where it may run and whether HadarE may fork it.
     pub placement: Placement,
+    /// Seconds each start or move costs it: its tasks hold their GPUs and
+    /// make no progress (save, start, import, load, warm up). `None`: the
+    /// run's default (`SimSettings::restart_cost_s`).
+    pub restart_s: Option<f64>,
 }
 
 /// One way a job accepts to run: a GPU type and its gang size there.
@@ -129,6 +133,7 @@ impl Job {
             launch: Launch::default(),
             batch: BatchInfo::default(),
             placement: Placement::default(),
+            restart_s: None,
         }
     }
 }

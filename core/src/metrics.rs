@@ -28,6 +28,11 @@ pub struct JobRecord {
     pub task_rounds: u64,
     /// Copy-rounds: rounds x copies it ran as HadarE copies.
     pub copy_rounds: u64,
+    /// Tasks started: its first start, every move and resume (each HadarE
+    /// copy counts: copies restart from their merge every round).
+    pub starts: u64,
+    /// GPU-seconds it held while starting, without progress.
+    pub restart_gpu_s: f64,
     /// Finish-time fairness rho: JCT over its JCT on an equal 1/n share.
     pub ftf: Option<f64>,
     /// Whether the job is inside the measurement window.
@@ -111,6 +116,11 @@ pub struct Summary {
     pub forked_jct_lower_bound_s: f64,
     /// avg JCT / its lower bound (the forked-job bound for HadarE policies).
     pub jct_over_bound: f64,
+    /// Mean tasks started per measured job (first starts, moves, resumes).
+    pub starts_per_job: f64,
+    /// GPU-hours the measured jobs held while starting, without progress
+    /// (0 without restart costs).
+    pub restart_gpu_hours: f64,
     /// Rounds simulated.
     pub rounds: usize,
     /// Scheduling decisions taken (policy solves for the LP policies).

@@ -35,6 +35,13 @@ pub struct JobState {
     pub task_rounds: u64,
     /// Copy-rounds run as a HadarE copy (a subset of `task_rounds`).
     pub copy_rounds: u64,
+    /// Tasks started: first starts, moves and resumes (each copy of a
+    /// HadarE round counts).
+    #[serde(default)]
+    pub starts: u64,
+    /// GPU-seconds held while starting, without progress (restart costs).
+    #[serde(default)]
+    pub restart_gpu_s: f64,
 }
 
 /// All jobs' progress.
@@ -61,6 +68,8 @@ impl JobsState {
                     seconds_on_type: vec![0.0; types],
                     task_rounds: 0,
                     copy_rounds: 0,
+                    starts: 0,
+                    restart_gpu_s: 0.0,
                 };
                 workload.jobs().len()
             ],

@@ -31,6 +31,9 @@ pub struct Workload {
     /// table has no measurement of the pair. (Sparse: a jobs file gives each
     /// job a key of its own, and a dense table of 10,000 jobs took 4.8 GB.)
     colocated: Vec<Vec<Pair>>,
+    /// Seconds a start or move costs a job that sets none of its own
+    /// ([`Job::restart_s`]); 0: free, as in Gavel's simulator.
+    restart_default_s: f64,
 }
 
 impl Workload {
@@ -148,7 +151,35 @@ impl Workload {
             preference,
             key_of,
             colocated,
+            restart_default_s: 0.0,
         })
+    }
+
+    /// The same workload where a start or move costs `seconds` the jobs
+    /// that set no cost of their own.
+    pub fn with_restart_default(mut self, seconds: f64) -> Result<Self> {
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return Err(Error::setting(
+                "restart_cost_s",
+                format!("{seconds} is not a number of seconds >= 0"),
+            ));
+        }
+        self.restart_default_s = seconds;
+        Ok(self)
+    }
+
+    /// Seconds a start or move costs job `j` (held GPUs, no progress).
+    pub fn restart_s(&self, j: usize) -> f64 {
+        self.jobs[j].restart_s.unwrap_or(self.restart_default_s)
+    }
+
+    /// Whether any start costs anything.
+    pub fn charges_restarts(&self) -> bool {
+        self.restart_default_s > 0.0
+            || self
+                .jobs
+                .iter()
+                .any(|j| j.restart_s.is_some_and(|s| s > 0.0))
     }
 
     /// The jobs with the given indices, renumbered from 0 (for bounds over a window).
@@ -401,6 +432,7 @@ mod tests {
             arrival_s: 0.0,
             priority_weight: 1.0,
             slo_s: None,
+            restart_s: None,
             launch: Launch::default(),
             batch: crate::job::BatchInfo::default(),
             placement: crate::job::Placement::default(),

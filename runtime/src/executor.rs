@@ -101,6 +101,8 @@ struct Ledger {
     ended: HashMap<Key, f64>,
     /// When each task started in this round, if it did.
     started: HashMap<Key, f64>,
+    /// When each task first made progress, if that was in this round.
+    first_progress: HashMap<Key, f64>,
     lost_nodes: Vec<String>,
     warnings: Vec<String>,
     /// Tasks of several nodes dropped with a lost node: their ranks on the
@@ -128,6 +130,12 @@ fn absorb(
         return;
     };
     let grown = rep.iterations.saturating_sub(r.iterations);
+    if grown > 0 && r.iterations == 0 {
+        // Its first progress: from its launch to here it held its GPUs
+        // starting (the job's restart cost, learned as rates are).
+        jobs[r.job as usize].measured_restart(now - r.started_s);
+        ledger.first_progress.insert((r.job, r.copy), now);
+    }
     if grown > 0 {
         r.gap_s = r.gap_s.max(now - r.progress_s);
         r.progress_s = now;
@@ -988,12 +996,10 @@ impl RealRounds<'_> {
             .iter()
             .map(|t| {
                 let key = (t.job.0, t.copy);
-                let busy_s = busy_seconds(
-                    ledger.started.get(&key).copied(),
-                    ledger.ended.get(&key).copied(),
-                    start,
-                    now,
-                );
+                let started = ledger.started.get(&key).copied();
+                let ended = ledger.ended.get(&key).copied();
+                let busy_s = busy_seconds(started, ended, start, now);
+                let first = ledger.first_progress.get(&key).copied();
                 TaskReport {
                     job: t.job,
                     copy: t.copy,
@@ -1001,6 +1007,8 @@ impl RealRounds<'_> {
                     steps: ledger.steps.get(&key).copied().unwrap_or(0),
                     busy_s,
                     gpu_type: single_type(&self.cluster, &t.gpus),
+                    started: started.is_some(),
+                    restart_s: restart_seconds(started, first, ended, start, now).min(busy_s),
                 }
             })
             .collect();
@@ -1383,9 +1391,48 @@ fn busy_seconds(started: Option<f64>, ended: Option<f64>, start: f64, now: f64) 
     (to - from).max(0.0)
 }
 
+/// The seconds of the round from `start` to `now` a task held its GPUs
+/// before its first progress: from its launch (this round) or the round's
+/// start (a task kept from the last one) to its first progress, its end,
+/// or now. A kept task that made progress before this round: none.
+fn restart_seconds(
+    started: Option<f64>,
+    first: Option<f64>,
+    ended: Option<f64>,
+    start: f64,
+    now: f64,
+) -> f64 {
+    let to = first.or(ended).unwrap_or(now).min(now);
+    match (started, first) {
+        (Some(s), _) => (to - s.max(start)).max(0.0),
+        (None, Some(f)) => (f.min(now) - start).max(0.0),
+        (None, None) => 0.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::busy_seconds;
+    use super::{busy_seconds, restart_seconds};
+
+    #[test]
+    fn a_task_starts_from_its_launch_to_its_first_progress() {
+        // Launched at 10.25, first progress at 10.75.
+        assert_eq!(
+            restart_seconds(Some(10.25), Some(10.75), None, 10.0, 11.0),
+            0.5
+        );
+        // Launched at 10.25, no progress yet: the rest of the round.
+        assert_eq!(restart_seconds(Some(10.25), None, None, 10.0, 11.0), 0.75);
+        // Launched, ended (crashed) at 10.5 without progress.
+        assert_eq!(
+            restart_seconds(Some(10.25), None, Some(10.5), 10.0, 11.0),
+            0.25
+        );
+        // Kept from the last round, first progress at 10.5: still starting.
+        assert_eq!(restart_seconds(None, Some(10.5), None, 10.0, 11.0), 0.5);
+        // Kept, progressing before this round.
+        assert_eq!(restart_seconds(None, None, None, 10.0, 11.0), 0.0);
+    }
 
     #[test]
     fn a_task_is_busy_from_its_launch_to_its_end_or_now() {

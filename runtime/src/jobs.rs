@@ -87,6 +87,11 @@ pub struct RunJob {
     /// killed (default: the run's `--grace`).
     #[serde(default)]
     pub stop_grace_seconds: Option<f64>,
+    /// Seconds a start or move costs it (save, start, load, warm up), for
+    /// `hadar simulate --jobs` (default: its `--restart-cost`). A real run
+    /// measures it (launch to first progress) whatever this says.
+    #[serde(default)]
+    pub restart_cost: Option<f64>,
     /// Examples per step of one copy, for HadarE's fork model (default:
     /// from the name, e.g. `(batch size 64)`, or the model's default).
     #[serde(default)]
@@ -336,6 +341,14 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
         if let Some(g) = j.stop_grace_seconds {
             StopPolicy::new(Signal::Term, g)
                 .map_err(|m| Error::parse(f("stop_grace_seconds"), m))?;
+        }
+        if let Some(c) = j.restart_cost {
+            if !(0.0..=604_800.0).contains(&c) {
+                return Err(Error::parse(
+                    f("restart_cost"),
+                    format!("{c} is not a number of seconds from 0 to 604800 (a week)"),
+                ));
+            }
         }
         if jobs[..i].iter().any(|o| o.name == j.name) {
             return Err(Error::parse(
@@ -658,6 +671,7 @@ pub fn to_model(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Job>, ThroughputT
                 arrival_s: j.arrival,
                 priority_weight: j.weight,
                 slo_s: None,
+                restart_s: j.restart_cost,
                 launch: Launch {
                     command: j.command.join(" "),
                     ..Launch::default()
@@ -716,6 +730,8 @@ mod tests {
             ("stop_signal = \"HUP2\"\n", "job[0].stop_signal"),
             ("stop_grace_seconds = -1\n", "job[0].stop_grace_seconds"),
             ("stop_grace_seconds = 1e9\n", "job[0].stop_grace_seconds"),
+            ("restart_cost = -1\n", "job[0].restart_cost"),
+            ("restart_cost = nan\n", "job[0].restart_cost"),
         ] {
             let err = parse_jobs(&one(bad), "j.toml").unwrap_err().to_string();
             assert!(err.contains(field), "{bad}: {err}");

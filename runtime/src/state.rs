@@ -97,6 +97,23 @@ pub struct JobProgress {
     /// Its tasks stopped as hung, in all.
     #[serde(default)]
     pub hung: u64,
+    /// Its restart cost as measured: the mean time from a task's launch to
+    /// its first progress (s), over [`JobProgress::restarts_measured`] tasks.
+    #[serde(default)]
+    pub restart_s: Option<f64>,
+    /// Tasks whose launch-to-first-progress time is in `restart_s`.
+    #[serde(default)]
+    pub restarts_measured: u64,
+}
+
+impl JobProgress {
+    /// Books one task's launch-to-first-progress time into `restart_s`.
+    pub fn measured_restart(&mut self, seconds: f64) {
+        let n = self.restarts_measured as f64;
+        let mean = self.restart_s.unwrap_or(0.0);
+        self.restart_s = Some((mean * n + seconds.max(0.0)) / (n + 1.0));
+        self.restarts_measured += 1;
+    }
 }
 
 /// The most placements [`JobProgress::ran_on`] keeps (a long run moves a

@@ -15,6 +15,8 @@ struct Look {
     iterations: f64,
     busy: f64,
     switches: f64,
+    /// Sum of the jobs' measured restart costs (s).
+    restart: f64,
     nodes: BTreeSet<String>,
 }
 
@@ -72,6 +74,7 @@ impl Watcher {
             iterations: sum(&text, "hadar_job_iterations"),
             busy: sum(&text, "hadar_gpus_busy"),
             switches: sum(&text, "hadar_round_switches_total"),
+            restart: sum(&text, "hadar_job_restart_seconds"),
             nodes: view
                 .gpus
                 .iter()
@@ -82,7 +85,8 @@ impl Watcher {
     }
 
     /// Asserts that the metrics moved during the run (rounds and iterations
-    /// grew, GPUs were seen busy on the cluster's nodes) and name `backend`.
+    /// grew, restart costs were measured, GPUs were seen busy on the
+    /// cluster's nodes) and name `backend`.
     pub fn check(&self, backend: &str) {
         let (Some(first), Some(last)) = (self.looks.first(), self.looks.last()) else {
             panic!("the run was never seen: no state at any round");
@@ -101,6 +105,12 @@ impl Watcher {
         assert!(
             last.switches > first.switches,
             "round switches not counted: {:?}",
+            self.looks
+        );
+        // Launch to first progress, measured on this backend.
+        assert!(
+            self.looks.iter().any(|l| l.restart > 0.0),
+            "no restart cost measured: {:?}",
             self.looks
         );
         assert!(

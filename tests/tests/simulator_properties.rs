@@ -105,6 +105,7 @@ fn build_batched(
             arrival_s: arrival,
             priority_weight: 1.0,
             slo_s: None,
+            restart_s: None,
             launch: Launch::default(),
             batch: batches.get(i).map_or_else(Default::default, |&(b, n)| {
                 hadar_core::job::BatchInfo {

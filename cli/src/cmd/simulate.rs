@@ -127,6 +127,15 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "F", conflicts_with = "fork_model")]
     pub fork_efficiency: Option<f64>,
 
+    /// Seconds every start and move costs a job (it holds its GPUs without
+    /// progress: save, start, load, warm up), for jobs that set none of
+    /// their own (a jobs file's `restart_cost`). 0, the default, is Gavel's
+    /// simulator: moves are free, so that its numbers compare. A HadarE
+    /// job's copies pay it every round they run (they restart from their
+    /// merge). See docs/algorithm.md, "Restart cost".
+    #[arg(long, default_value_t = 0.0, value_name = "S", value_parser = seconds)]
+    pub restart_cost: f64,
+
     /// Skip the LP lower bound on the makespan (it is an LP over every measured job).
     #[arg(long)]
     pub no_bound: bool,
@@ -211,6 +220,13 @@ pub struct HadarArgs {
     /// paper does).
     #[arg(long, default_value_t = HadarSettings::default().fork_min_gain, value_name = "GAIN")]
     pub hadare_min_gain: f64,
+    /// Plan as if starts and moves were free even where they cost
+    /// (--restart-cost, a jobs file's `restart_cost`). By default plans
+    /// weigh them: a job moves only if that gains more over its remaining
+    /// work than its restart costs, and a HadarE copy is added only if it
+    /// gains after the restarts it causes.
+    #[arg(long)]
+    pub hadar_ignore_restarts: bool,
 }
 
 /// What the scheduler knows of the rates (docs/algorithm.md, "Throughputs
@@ -292,6 +308,7 @@ impl HadarArgs {
             makespan_slack: self.hadar_makespan_slack,
             makespan_resolve_s: self.hadar_makespan_resolve,
             fork_min_gain: self.hadare_min_gain,
+            restart_aware: !self.hadar_ignore_restarts,
             ..HadarSettings::default()
         }
     }
@@ -432,6 +449,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
         explain: args.explain.map(hadar_core::job::JobId),
         fork_model: fork_model(&args),
         knowledge: args.knowledge.settings(args.seed),
+        restart_cost_s: args.restart_cost,
     };
     if let Some(j) = args.explain {
         if j as usize >= workload.jobs().len() {
@@ -597,6 +615,16 @@ fn fraction(s: &str) -> Result<f64, String> {
         Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
         _ => Err(format!(
             "`{s}`: expected a fraction from 0 to 1 (0.5: half the jobs)"
+        )),
+    }
+}
+
+/// Seconds, 0 or more (a week at most: a larger restart is a typo).
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if (0.0..=604_800.0).contains(&x) => Ok(x),
+        _ => Err(format!(
+            "`{s}`: expected seconds from 0 to 604800 (30: half a minute)"
         )),
     }
 }

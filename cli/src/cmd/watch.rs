@@ -94,6 +94,7 @@ pub fn frame(v: &RunView) -> String {
         "progress",
         "iterations",
         "starts",
+        "restart",
         "lost",
         "where / why",
     ])
@@ -111,6 +112,7 @@ pub fn frame(v: &RunView) -> String {
                 format!("{}/{t}", j.iterations)
             }),
             j.starts.to_string(),
+            j.restart_s.map_or("-".into(), |s| format!("{s:.1} s")),
             j.lost.to_string(),
             escape(if j.placement.is_empty() {
                 j.why.as_deref().unwrap_or("")

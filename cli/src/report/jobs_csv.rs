@@ -1,7 +1,9 @@
 //! Per-job results as CSV (`<policy>.jobs.csv`): one row per [`JobRecord`].
 //!
 //! Columns, in order: `job_id,job_type,scale_factor,arrival_s,start_s,
-//! finish_s,jct_s,queueing_s,gpu_seconds,task_rounds,copy_rounds,ftf,measured`.
+//! finish_s,jct_s,queueing_s,gpu_seconds,task_rounds,copy_rounds,ftf,measured,
+//! starts,restart_gpu_s` (tasks started: first starts, moves, resumes; GPU
+//! seconds held while starting, the restart cost).
 //! Times are seconds from the trace start; a value the job never got (it did
 //! not start or finish) is an empty cell. The file is written atomically: a
 //! reader sees either the old file or the whole new one.
@@ -15,7 +17,7 @@ use hadar_core::metrics::{JobRecord, RunResult};
 use crate::exit::CliError;
 
 /// The CSV header, in column order.
-pub const HEADER: [&str; 13] = [
+pub const HEADER: [&str; 15] = [
     "job_id",
     "job_type",
     "scale_factor",
@@ -29,6 +31,8 @@ pub const HEADER: [&str; 13] = [
     "copy_rounds",
     "ftf",
     "measured",
+    "starts",
+    "restart_gpu_s",
 ];
 
 /// Writes every job of `result` to `path` as CSV, atomically (a temporary
@@ -50,7 +54,7 @@ fn write_rows<W: Write>(out: W, jobs: &[JobRecord]) -> io::Result<()> {
 }
 
 /// One job's cells, in [`HEADER`] order.
-fn row(job: &JobRecord) -> [String; 13] {
+fn row(job: &JobRecord) -> [String; 15] {
     [
         job.id.to_string(),
         job.job_type.clone(),
@@ -65,6 +69,8 @@ fn row(job: &JobRecord) -> [String; 13] {
         job.copy_rounds.to_string(),
         opt(job.ftf),
         job.measured.to_string(),
+        job.starts.to_string(),
+        job.restart_gpu_s.to_string(),
     ]
 }
 
@@ -124,6 +130,8 @@ mod tests {
             gpu_seconds: 360.0 * f64::from(id),
             task_rounds: u64::from(id),
             copy_rounds: 0,
+            starts: 1,
+            restart_gpu_s: 0.0,
             ftf: done.then_some(1.25),
             measured: id != 0,
         }
@@ -149,6 +157,8 @@ mod tests {
             jct_lower_bound_s: 900.0,
             forked_jct_lower_bound_s: 900.0,
             jct_over_bound: 1.1,
+            starts_per_job: 0.0,
+            restart_gpu_hours: 0.0,
             rounds: 0,
             decisions: 0,
             decision_mean_s: 0.0,

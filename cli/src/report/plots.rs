@@ -1388,6 +1388,8 @@ mod tests {
             jct_lower_bound_s: 3000.0,
             forked_jct_lower_bound_s: 3000.0,
             jct_over_bound: 1.2,
+            starts_per_job: 0.0,
+            restart_gpu_hours: 0.0,
             rounds: 4,
             decisions: 4,
             decision_mean_s: 0.01,
@@ -1411,6 +1413,8 @@ mod tests {
             gpu_seconds: 1800.0,
             task_rounds: 5,
             copy_rounds: 0,
+            starts: 1,
+            restart_gpu_s: 0.0,
             ftf: Some(1.0),
             measured,
         }

@@ -133,7 +133,8 @@ fn bounds_line(u: Unit, s: &hadar_core::metrics::Summary, results: &[RunResult])
 
 fn table(u: Unit, results: &[RunResult]) -> Table {
     let n = u.name;
-    let mut t = Table::new([
+    let restarts = charges_restarts(results);
+    let mut header = vec![
         "policy".to_string(),
         format!("makespan {n}"),
         "/bound".into(),
@@ -147,13 +148,16 @@ fn table(u: Unit, results: &[RunResult]) -> Table {
         "done".into(),
         "solves".into(),
         "wall s".into(),
-    ])
-    .left_columns(1);
+    ];
+    if restarts {
+        header.extend(["starts/job".into(), "restart GPU-h".into()]);
+    }
+    let mut t = Table::new(header).left_columns(1);
     for r in results {
         let s = &r.summary;
         // Which bounds the row divides by: `f` marks the forked jobs'.
         let f = if forks(&s.policy) { " f" } else { "" };
-        t.row([
+        let mut row = vec![
             s.policy.clone(),
             u.fmt(s.makespan_s),
             s.makespan_over_bound
@@ -168,9 +172,19 @@ fn table(u: Unit, results: &[RunResult]) -> Table {
             format!("{}/{}", s.jobs_completed, s.jobs_measured),
             s.decisions.to_string(),
             format!("{:.2}", s.wall_s),
-        ]);
+        ];
+        if restarts {
+            row.push(format!("{:.1}", s.starts_per_job));
+            row.push(format!("{:.1}", s.restart_gpu_hours));
+        }
+        t.row(row);
     }
     t
+}
+
+/// Whether any run charged restart costs (their columns are shown then).
+fn charges_restarts(results: &[RunResult]) -> bool {
+    results.iter().any(|r| r.summary.restart_gpu_hours > 0.0)
 }
 
 fn notes(results: &[RunResult]) -> Vec<String> {
@@ -181,6 +195,14 @@ fn notes(results: &[RunResult]) -> Vec<String> {
          finished/measured; solves: scheduling decisions made"
             .to_string(),
     ];
+    if charges_restarts(results) {
+        notes.push(
+            "starts/job: tasks started per job (first starts, moves, resumes; a HadarE job's \
+             copies restart from their merge every round); restart GPU-h: GPU time held while \
+             starting, without progress (the restart cost)"
+                .to_string(),
+        );
+    }
     let below = results.iter().any(|r| {
         r.summary.makespan_over_bound.is_some_and(|x| x < 1.0) || r.summary.jct_over_bound < 1.0
     });

@@ -426,9 +426,13 @@ fn apply(
         if task.copy > 0 {
             js.copy_rounds += 1;
         }
-        if r.steps > 0 {
+        // A job that held its GPUs while it started has started (its
+        // queueing ends there, not at its first step).
+        if r.steps > 0 || r.restart_s > 0.0 {
             js.first_start_s.get_or_insert(now);
         }
+        js.starts += u64::from(r.started);
+        js.restart_gpu_s += r.restart_s * f64::from(r.gpus);
         js.done_steps += r.steps;
         js.gpu_seconds += r.busy_s * f64::from(r.gpus);
         if let Some(ty) = r.gpu_type {

@@ -1,9 +1,13 @@
 //! The simulator as a backend: executes a round plan on a virtual clock,
 //! with Gavel's accounting so that numbers compare.
 
+use std::collections::HashMap;
+
+use crate::cluster::GpuId;
 use crate::error::Result;
 use crate::executor::{Capabilities, RoundExecutor, RoundReport, TaskReport};
 use crate::fork_model::{ForkCurves, ForkModel};
+use crate::job::JobId;
 use crate::plan::{shared_rate, task_rate, MixedRate, RoundPlan};
 use crate::state::JobsState;
 use crate::workload::Workload;
@@ -13,21 +17,76 @@ use crate::workload::Workload;
 /// A task runs `min(floor(rate * round), remaining)` whole steps and ends at
 /// `start + steps / rate` (Gavel's rule); the round ends when its longest
 /// task does, so rounds can be slightly shorter than nominal.
+///
+/// A job whose tasks (re)start in a round (see [`Placements::restarted`])
+/// first holds its GPUs for its restart cost without progress; a cost
+/// longer than the round carries into the next one while the job stays.
 #[derive(Debug, Clone)]
 pub struct SimBackend {
     workload: std::sync::Arc<Workload>,
     mixed: MixedRate,
     /// How forked jobs' copies progress (`None`: every step counts).
     fork: Option<ForkCurves>,
+    /// Whether starts cost anything (else they are only counted).
+    charges: bool,
+    placements: Placements,
+}
+
+/// Where each job's tasks ran last round, and the warm-up left of
+/// restarts longer than a round.
+#[derive(Debug, Clone, Default)]
+struct Placements {
+    /// By job: its tasks' (copy, sorted GPUs), in plan order.
+    last: HashMap<JobId, Vec<(u32, Vec<GpuId>)>>,
+    next: HashMap<JobId, Vec<(u32, Vec<GpuId>)>>,
+    /// Seconds of a restart still to serve, by job.
+    warming: HashMap<JobId, f64>,
+}
+
+impl Placements {
+    /// Whether `job`'s tasks restart with `tasks` as a real run restarts
+    /// them (`hadar-runtime`'s executor): it did not run last round, a task
+    /// moved, was added or left, or it ran as HadarE copies (averaged at
+    /// every round's end, so the next round's copies start from the merge).
+    fn restarted(&mut self, job: JobId, tasks: Vec<(u32, Vec<GpuId>)>) -> bool {
+        let restarted = match self.last.get(&job) {
+            None => true,
+            Some(prev) => prev.len() > 1 || *prev != tasks,
+        };
+        self.next.insert(job, tasks);
+        restarted
+    }
+
+    /// The seconds of a round of `length_s` that `job` spends starting:
+    /// `cost` on a restart, else what is left of an earlier one.
+    fn charge(&mut self, job: JobId, restarted: bool, cost: f64, length_s: f64) -> f64 {
+        let left = self.warming.remove(&job).unwrap_or(0.0);
+        let charge = if restarted { cost } else { left };
+        if charge > length_s {
+            self.warming.insert(job, charge - length_s);
+        }
+        charge.min(length_s)
+    }
+
+    /// The round is over: its placements become the last ones; a job that
+    /// left its GPUs drops its warm-up (it pays again when it comes back).
+    fn end_round(&mut self) {
+        std::mem::swap(&mut self.last, &mut self.next);
+        self.next.clear();
+        let last = &self.last;
+        self.warming.retain(|job, _| last.contains_key(job));
+    }
 }
 
 impl SimBackend {
     /// A simulator over `workload`.
     pub fn new(workload: std::sync::Arc<Workload>, mixed: MixedRate) -> Self {
         Self {
+            charges: workload.charges_restarts(),
             workload,
             mixed,
             fork: None,
+            placements: Placements::default(),
         }
     }
 
@@ -46,8 +105,8 @@ impl SimBackend {
     }
 }
 
-/// Steps and busy seconds of one job's tasks running at `rates` for a
-/// round of `length_s` with `left` steps to go, into `steps` and `busy`.
+/// Steps and busy seconds of one job's tasks running at `rates` for
+/// `length_s` with `left` steps to go, into `steps` and `busy`.
 fn job_steps(rates: &[f64], left: u64, length_s: f64, steps: &mut Vec<u64>, busy: &mut Vec<f64>) {
     steps.clear();
     busy.clear();
@@ -120,10 +179,25 @@ impl RoundExecutor for SimBackend {
                 }
             }));
             let left = state.remaining(w, job);
-            job_steps(&rates, left, plan.length_s, &mut steps, &mut busy);
+            let placed = idx
+                .iter()
+                .map(|&i| {
+                    let mut gpus = plan.tasks[i].gpus.clone();
+                    gpus.sort_unstable();
+                    (plan.tasks[i].copy, gpus)
+                })
+                .collect();
+            let started = self.placements.restarted(job, placed);
+            let cost = if self.charges {
+                w.restart_s(job.index())
+            } else {
+                0.0
+            };
+            let held = self.placements.charge(job, started, cost, plan.length_s);
+            job_steps(&rates, left, plan.length_s - held, &mut steps, &mut busy);
             for (n, &i) in idx.iter().enumerate() {
                 let task = &plan.tasks[i];
-                end = end.max(plan.start_s + busy[n]);
+                end = end.max(plan.start_s + held + busy[n]);
                 let first = task.gpus.first().map(|&g| cluster.gpu(g).gpu_type);
                 let single = task
                     .gpus
@@ -134,11 +208,14 @@ impl RoundExecutor for SimBackend {
                     copy: task.copy,
                     gpus: task.gpus.len() as u32,
                     steps: steps[n],
-                    busy_s: busy[n],
+                    busy_s: held + busy[n],
                     gpu_type: if single { first } else { None },
+                    started,
+                    restart_s: held,
                 });
             }
         }
+        self.placements.end_round();
         let tasks: Vec<TaskReport> = reports.into_iter().flatten().collect();
         if plan.tasks.is_empty() {
             end = plan.start_s + plan.length_s;

@@ -46,6 +46,10 @@ pub struct SimSettings {
     pub fork_model: ForkModel,
     /// What the scheduler knows of the rates (oracle by default).
     pub knowledge: KnowledgeSettings,
+    /// Seconds a start or move costs a job that sets none of its own
+    /// (`restart_cost` in a jobs file): it holds its GPUs without progress.
+    /// 0: Gavel's simulator (moves are free), so that its numbers compare.
+    pub restart_cost_s: f64,
 }
 
 impl Default for SimSettings {
@@ -60,6 +64,7 @@ impl Default for SimSettings {
             explain: None,
             fork_model: ForkModel::default(),
             knowledge: KnowledgeSettings::default(),
+            restart_cost_s: 0.0,
         }
     }
 }
@@ -104,6 +109,11 @@ impl Experiment {
     /// Checks the settings and computes the bounds.
     pub fn new(workload: Arc<Workload>, settings: SimSettings) -> Result<Self> {
         let n = workload.jobs().len() as u32;
+        let workload = if settings.restart_cost_s == 0.0 {
+            workload
+        } else {
+            Arc::new(Arc::unwrap_or_clone(workload).with_restart_default(settings.restart_cost_s)?)
+        };
         settings.fork_model.check()?;
         if let Some((a, b)) = settings.window {
             if a >= b || b > n {
@@ -254,6 +264,8 @@ impl Experiment {
                     gpu_seconds: s.gpu_seconds,
                     task_rounds: s.task_rounds,
                     copy_rounds: s.copy_rounds,
+                    starts: s.starts,
+                    restart_gpu_s: s.restart_gpu_s,
                     ftf: jct.map(|jct| jct / ftf.isolated_time(job.id.index(), job.arrival_s, jct)),
                     measured: self.is_measured(job.id.index()),
                 }
@@ -307,6 +319,8 @@ impl Experiment {
                     0.0
                 }
             },
+            starts_per_job: mean(measured.iter().map(|j| j.starts as f64)),
+            restart_gpu_hours: measured.iter().map(|j| j.restart_gpu_s).sum::<f64>() / 3600.0,
             rounds: out.rounds.len(),
             decisions: out.decisions.len(),
             decision_mean_s: mean(out.decisions.iter().map(|d| d.seconds)),
@@ -445,5 +459,7 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
+#[cfg(test)]
+mod restart_tests;
 #[cfg(test)]
 mod shapes_tests;

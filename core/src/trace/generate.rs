@@ -269,6 +269,7 @@ pub fn generate(spec: &GeneratorSpec, table: &ThroughputTable) -> Result<Vec<Job
                 arrival_s,
                 priority_weight: d.priority_weight,
                 slo_s: None,
+                restart_s: None,
                 launch: t.launch(),
                 batch: crate::job::BatchInfo::default(),
                 placement: crate::job::Placement::default(),

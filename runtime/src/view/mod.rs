@@ -108,6 +108,9 @@ pub struct JobView {
     pub failures: u64,
     /// See [`JobView::starts`].
     pub hung: u64,
+    /// Its restart cost as measured: mean seconds from a task's launch to
+    /// its first progress (none before a task of it progressed).
+    pub restart_s: Option<f64>,
     /// When it finished (run clock, s).
     pub finished_s: Option<f64>,
     /// Where its tasks run now (`node type#gpu, ...`), empty if nowhere.
@@ -246,6 +249,7 @@ fn job(s: &RunState, i: usize) -> JobView {
         starts: p.starts,
         failures: p.failures,
         hung: p.hung,
+        restart_s: p.restart_s,
         finished_s: js.and_then(|j| j.finish_s),
         placement: running
             .iter()

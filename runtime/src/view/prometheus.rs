@@ -118,6 +118,16 @@ pub fn render(view: &RunView) -> String {
         "Iterations each job needs in all",
         per_job(&|j| j.total.unwrap_or(0) as f64),
     );
+    family(
+        &mut r,
+        "job_restart_seconds",
+        "Each job's measured restart cost: mean seconds from a task's launch to its first \
+         progress (jobs none of whose tasks progressed yet are left out)",
+        view.jobs
+            .iter()
+            .filter_map(|j| Some((vec![("job", j.name.clone())], j.restart_s?)))
+            .collect(),
+    );
     let sum = |f: &dyn Fn(&JobView) -> u64| view.jobs.iter().map(f).sum::<u64>() as f64;
     counter(
         &mut r,

@@ -232,6 +232,8 @@ fn a_pair_measured_for_the_first_time_replans_even_when_rates_alone_hold() {
                     steps: if shared { 180 } else { 360 },
                     busy_s: 360.0,
                     gpu_type: Some(v100),
+                    started: false,
+                    restart_s: 0.0,
                 })
                 .collect(),
             ..RoundReport::default()

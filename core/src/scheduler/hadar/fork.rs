@@ -81,10 +81,17 @@ impl HadarScheduler {
         // off, before the warm-up, its next copy's gain too small) depends
         // on the job and its copy count alone, so it is decided when the job
         // enters the queue and again each time it gets a copy.
+        // Jobs whose one task runs on where it ran (no restart without a
+        // copy: with one, every task restarts from the merge).
+        let runs_on: HashSet<JobId> = tasks
+            .iter()
+            .filter(|t| copies[&t.job] == 1 && self.restarts.continues(cluster, t))
+            .map(|t| t.job)
+            .collect();
         let mut queue = Queue::new(order.len());
         for (at, &j) in order.iter().enumerate() {
             let k = copies.get(&j).copied().unwrap_or(0);
-            if self.may_copy(w, j, k) {
+            if self.may_copy(ctx, j, k, runs_on.contains(&j)) {
                 queue.insert(score(j, k), at);
             }
         }
@@ -135,7 +142,7 @@ impl HadarScheduler {
                     let k = *k;
                     nodes_used.entry(j).or_default().insert(node);
                     queue.remove(at);
-                    if self.may_copy(w, j, k) {
+                    if self.may_copy(ctx, j, k, false) {
                         queue.insert(score(j, k), at);
                     }
                 }
@@ -146,14 +153,25 @@ impl HadarScheduler {
     /// Whether job `j`, running `k` copies, may get one more: forking is
     /// on for it (`fork = false`: its gang or nothing), it is past the
     /// warm-up if it runs already, and the copy gains, by at least the
-    /// minimum gain.
-    fn may_copy(&self, w: &Workload, j: JobId, k: u32) -> bool {
-        let gain = self.fork_curves.curve(j.index()).marginal(k);
+    /// minimum gain, and (restart costs weighed) after the restarts it
+    /// causes: `k + 1` copies all restart this round, where one task
+    /// that `runs_on` would not.
+    fn may_copy(&self, ctx: &RoundContext<'_>, j: JobId, k: u32, runs_on: bool) -> bool {
+        let w = ctx.workload;
+        let curve = self.fork_curves.curve(j.index());
+        let gain = curve.marginal(k);
         let warm = self.warm.get(j.index()).copied().unwrap_or(true);
+        let restart = self.restarts.cost(j);
+        let pays = k == 0 || restart == 0.0 || {
+            let run =
+                |restarts: bool| (ctx.round_s - if restarts { restart } else { 0.0 }).max(0.0);
+            curve.progress(k + 1) * run(true) - curve.progress(k) * run(!runs_on) > TIE
+        };
         w.jobs()[j.index()].placement.fork
             && (k == 0 || warm)
             && gain > TIE
             && gain >= self.settings.fork_min_gain
+            && pays
     }
 }
 

@@ -7,6 +7,7 @@ use crate::scheduler::{Decision, RoundContext};
 use crate::workload::Workload;
 
 use super::prices::PriceGrid;
+use super::restarts::Restarts;
 use super::share::share;
 use super::subroutine::{self, Context, JobView};
 use super::{Explanation, HadarScheduler, Outcome};
@@ -95,7 +96,13 @@ impl HadarScheduler {
         let mut now: RunNow = Vec::new();
         let mut pending_explanation = None;
         for (pos, &j) in order.iter().enumerate() {
-            let view = job_view(ctx, &self.rates, j, self.settings.uneven_credit);
+            let view = job_view(
+                ctx,
+                &self.rates,
+                &self.restarts,
+                j,
+                self.settings.uneven_credit,
+            );
             let explaining = self.explain == Some(j);
             let seen: Vec<f64> = if explaining {
                 (0..k).map(|t| grid.price(0, t)).collect()
@@ -162,7 +169,13 @@ impl HadarScheduler {
             if running.contains(&j) {
                 continue;
             }
-            let view = job_view(ctx, &self.rates, j, self.settings.uneven_credit);
+            let view = job_view(
+                ctx,
+                &self.rates,
+                &self.restarts,
+                j,
+                self.settings.uneven_credit,
+            );
             if let Some(take) =
                 subroutine::backfill(&view, grid, self.settings.mixed_types, &mut self.scratch)
             {
@@ -182,6 +195,7 @@ impl HadarScheduler {
 fn job_view<'a>(
     ctx: &RoundContext<'a>,
     rates: &'a [f64],
+    restarts: &'a Restarts,
     j: JobId,
     uneven_credit: bool,
 ) -> JobView<'a> {
@@ -197,5 +211,7 @@ fn job_view<'a>(
         remaining: ctx.state.remaining(w, j) as f64,
         arrival_s: job.arrival_s,
         weight: job.priority_weight,
+        restart_s: restarts.cost(j),
+        held: restarts.held(j),
     }
 }

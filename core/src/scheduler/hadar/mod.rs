@@ -21,6 +21,7 @@ mod jct;
 pub mod makespan;
 mod order;
 pub mod prices;
+mod restarts;
 mod settings;
 mod share;
 pub mod subroutine;
@@ -63,6 +64,8 @@ pub struct HadarScheduler {
     fork_curves: ForkCurves,
     /// HadarE: jobs past the fork model's warm-up (may run several copies).
     warm: Vec<bool>,
+    /// Restart costs, and where each job ran last round.
+    restarts: restarts::Restarts,
 }
 
 impl HadarScheduler {
@@ -117,6 +120,7 @@ impl HadarScheduler {
             rates,
             as_copies,
             warm: vec![true; workload.jobs().len()],
+            restarts: restarts::Restarts::new(workload, settings.restart_aware),
             fork_curves,
             settings,
         })
@@ -135,10 +139,14 @@ impl Scheduler for HadarScheduler {
         if self.settings.fork {
             self.update_warm(ctx);
         }
-        if self.settings.utility == Utility::Makespan {
-            return self.plan_makespan(ctx);
-        }
-        self.plan_jct(ctx)
+        let decision = if self.settings.utility == Utility::Makespan {
+            self.plan_makespan(ctx)?
+        } else {
+            self.plan_jct(ctx)?
+        };
+        self.restarts
+            .remember(ctx.workload.cluster(), &decision.tasks);
+        Ok(decision)
     }
 
     fn explain(&mut self, job: JobId) {

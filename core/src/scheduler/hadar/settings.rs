@@ -70,6 +70,13 @@ pub struct HadarSettings {
     /// cluster of a thousand idle nodes every job got a copy on each, for
     /// a few thousandths of a copy apiece.
     pub fork_min_gain: f64,
+    /// Whether plans weigh restart costs (a jobs file's `restart_cost`,
+    /// `--restart-cost`): a schedule that moves, starts or resumes a job
+    /// loses its restart's worth of progress in its first round, so a job
+    /// keeps its GPUs unless moving gains more over its remaining work; a
+    /// HadarE copy is added only if its round's work, less the restarts it
+    /// causes, still gains. Nothing changes where starts are free.
+    pub restart_aware: bool,
 }
 
 impl Default for HadarSettings {
@@ -91,6 +98,7 @@ impl Default for HadarSettings {
             backfill: true,
             share_min_gain: Some(0.05),
             fork_min_gain: 0.001,
+            restart_aware: true,
         }
     }
 }

@@ -37,6 +37,31 @@ pub struct JobView<'a> {
     pub arrival_s: f64,
     /// Priority weight.
     pub weight: f64,
+    /// Seconds a start or move costs it (0: free, or planning ignores it).
+    pub restart_s: f64,
+    /// GPUs per type it ran on last round as one task, by type (empty: it
+    /// did not, or ran as copies): a first round on exactly these keeps
+    /// its GPUs and pays no restart.
+    pub held: &'a [(usize, u32)],
+}
+
+impl JobView<'_> {
+    /// Seconds of a round of `round_s` the job runs when it takes `take`
+    /// in round `t` of a schedule, its first round with GPUs: all of it
+    /// where it keeps its GPUs from last round, else the round less its
+    /// restart (a start, a move, or a resume after a wait).
+    fn first_round_s(&self, t: usize, take: &[(usize, u32)], round_s: f64) -> f64 {
+        if self.restart_s > 0.0 && !(t == 0 && same_alloc(take, self.held)) {
+            (round_s - self.restart_s).max(0.0)
+        } else {
+            round_s
+        }
+    }
+}
+
+/// Whether two allocations (GPUs per type) are the same, in any order.
+fn same_alloc(a: &[(usize, u32)], b: &[(usize, u32)]) -> bool {
+    a.len() == b.len() && a.iter().all(|x| b.contains(x))
 }
 
 /// One candidate schedule.
@@ -112,8 +137,14 @@ pub fn options(
             let eligible = eligible(&scratch.types_by_speed, bi, only);
             if let Some((c, r)) = take_gpus(grid, t, eligible, ctx.mixed, job, &mut scratch.take) {
                 cost += c * ctx.round_s;
-                let steps = (r * ctx.round_s).floor().max(1.0);
-                last = Some((t, remaining.min(steps), r));
+                let run_s = if last.is_none() {
+                    job.first_round_s(t, &scratch.take, ctx.round_s)
+                } else {
+                    ctx.round_s
+                };
+                let steps = (r * run_s).floor().max(1.0);
+                // (Its steps start after the restart, if it pays one.)
+                last = Some((t, remaining.min(steps), r, ctx.round_s - run_s));
                 remaining -= steps;
                 if t == 0 {
                     now.clone_from(&scratch.take);
@@ -122,9 +153,9 @@ pub fn options(
             t += 1;
         }
         let completion_s = match last {
-            Some((t, steps, r)) if remaining <= 0.0 => {
+            Some((t, steps, r, restart)) if remaining <= 0.0 => {
                 // The last round ends when its steps are done.
-                ctx.now_s + t as f64 * ctx.round_s + steps / r
+                ctx.now_s + t as f64 * ctx.round_s + restart + steps / r
             }
             _ => {
                 // Beyond the horizon: assume it then runs without a break on
@@ -169,6 +200,7 @@ pub fn commit(
         return;
     };
     let mut remaining = job.remaining;
+    let mut first = true;
     let mut t = 0;
     while remaining > 0.0 && t < grid.horizon() {
         let eligible = eligible(&scratch.types_by_speed, bi, option.only);
@@ -176,7 +208,13 @@ pub fn commit(
             for &(w, n) in &scratch.take {
                 grid.commit(t, w, n);
             }
-            remaining -= (r * ctx.round_s).floor().max(1.0);
+            let run_s = if first {
+                job.first_round_s(t, &scratch.take, ctx.round_s)
+            } else {
+                ctx.round_s
+            };
+            first = false;
+            remaining -= (r * run_s).floor().max(1.0);
         }
         t += 1;
     }

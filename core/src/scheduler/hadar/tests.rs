@@ -37,6 +37,7 @@ fn workload_arriving(steps: [u64; 3], arrivals: [f64; 3]) -> Workload {
             arrival_s,
             priority_weight: 1.0,
             slo_s: None,
+            restart_s: None,
             launch: Launch::default(),
             batch: crate::job::BatchInfo::default(),
             placement: crate::job::Placement::default(),
@@ -72,6 +73,8 @@ fn the_subroutine_weighs_waiting_for_a_fast_gpu_against_running_slow() {
         remaining: 800.0,
         arrival_s: 0.0,
         weight: 1.0,
+        restart_s: 0.0,
+        held: &[],
     };
     let opts = options(&job, &grid, &ctx(), &mut Scratch::default());
     // Bottleneck fast: waits 2 rounds, then 400 steps/round: done at 200 + 100 + 100 = 400 s.
@@ -104,6 +107,8 @@ fn prices_make_a_job_that_gains_little_leave_the_fast_gpu() {
         remaining: 500.0,
         arrival_s: 0.0,
         weight: 1.0,
+        restart_s: 0.0,
+        held: &[],
     };
     let opts = options(&b, &grid, &ctx(), &mut Scratch::default());
     // A GPU is held for whole rounds (100 s). fast: 2 rounds, done at
@@ -300,4 +305,55 @@ fn admission_refuses_a_schedule_that_costs_too_much() {
     let (tasks, explained) = plan(&w, settings);
     assert!(tasks.iter().any(|t| t.job == JobId(2)));
     assert!(matches!(explained[0].outcome, Outcome::Backfilled(_)));
+}
+
+#[test]
+fn a_job_moves_only_if_the_move_gains_more_than_its_restart() {
+    let w = workload([300, 300, 300]);
+    let grid = PriceGrid::new(vec![1, 2], 8, vec![0.0, 0.0], 16.0);
+    // b: 2.5 steps/s on fast, 2.0 on slow; 300 steps left; it ran on a
+    // slow GPU last round.
+    let free = JobView {
+        rates: w.rates_of(1),
+        gangs: w.gangs_of(1),
+        preference: w.preference_of(1),
+        uniform: true,
+        uneven: false,
+        remaining: 300.0,
+        arrival_s: 0.0,
+        weight: 1.0,
+        restart_s: 0.0,
+        held: &[(1, 1)],
+    };
+    let completion = |job: &JobView<'_>, fast: bool| {
+        let opts = options(job, &grid, &ctx(), &mut Scratch::default());
+        let o = opts
+            .iter()
+            .find(|o| o.only && (o.bottleneck == 0) == fast)
+            .unwrap();
+        (o.completion_s, opts[0].bottleneck)
+    };
+    // Free moves: fast does 250 steps in round 0 and 50 in 20 s: 120 s
+    // against 150 s on slow. It moves.
+    assert_eq!(completion(&free, true), (120.0, 0));
+    assert_eq!(completion(&free, false).0, 150.0);
+    // A 60 s restart: on fast it runs 40 s of round 0 (100 steps), then
+    // 200 steps in 80 s: 180 s; on slow it runs on: 150 s. It stays.
+    let paid = JobView {
+        restart_s: 60.0,
+        ..free
+    };
+    assert_eq!(completion(&paid, true), (180.0, 1));
+    assert_eq!(completion(&paid, false).0, 150.0);
+    // Waiting last round, it pays the restart anywhere: slow runs 40 s of
+    // round 0 (80 steps), 200 in round 1, 20 in 10 s: 210 s. Fast wins.
+    let waiting = JobView { held: &[], ..paid };
+    assert_eq!(completion(&waiting, false).0, 210.0);
+    assert_eq!(completion(&waiting, true), (180.0, 0));
+    // A job that finishes in its first round ends a restart later.
+    let short = JobView {
+        remaining: 50.0,
+        ..waiting
+    };
+    assert_eq!(completion(&short, true).0, 60.0 + 50.0 / 2.5);
 }

@@ -171,6 +171,7 @@ impl Imported {
                 arrival_s: tj.submit_s - t0,
                 priority_weight: 1.0,
                 slo_s: None,
+                restart_s: None,
                 launch: Launch {
                     command: command(self.format, tj),
                     ..Launch::default()

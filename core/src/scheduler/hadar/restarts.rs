@@ -1,0 +1,84 @@
+//! What plans know of restart costs: each job's cost, and where it ran
+//! last round (a job that keeps exactly those GPUs pays nothing).
+
+use crate::cluster::Cluster;
+use crate::job::JobId;
+use crate::plan::Task;
+use crate::workload::Workload;
+
+/// Restart costs as the planner weighs them (see
+/// `HadarSettings::restart_aware`). Empty where starts are free or plans
+/// ignore them: then every job's cost reads 0 and nothing is remembered.
+#[derive(Debug, Default)]
+pub(super) struct Restarts {
+    /// Each job's restart cost (s).
+    cost: Vec<f64>,
+    /// By job: GPUs per type it ran on last round as one task, by type
+    /// (empty: it did not run, or ran as copies, which restart anyway).
+    held: Vec<Vec<(usize, u32)>>,
+    /// The jobs whose `held` is set.
+    holding: Vec<JobId>,
+}
+
+impl Restarts {
+    pub(super) fn new(w: &Workload, aware: bool) -> Self {
+        if !(aware && w.charges_restarts()) {
+            return Self::default();
+        }
+        let n = w.jobs().len();
+        Self {
+            cost: (0..n).map(|j| w.restart_s(j)).collect(),
+            held: vec![Vec::new(); n],
+            holding: Vec::new(),
+        }
+    }
+
+    /// Job `j`'s restart cost (s).
+    pub(super) fn cost(&self, j: JobId) -> f64 {
+        self.cost.get(j.index()).copied().unwrap_or(0.0)
+    }
+
+    /// Job `j`'s GPUs per type last round, if it ran as one task.
+    pub(super) fn held(&self, j: JobId) -> &[(usize, u32)] {
+        self.held.get(j.index()).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether `task`, job `j`'s only task this round, keeps its GPUs'
+    /// types from last round (so, as the executor sees it, runs on).
+    pub(super) fn continues(&self, cluster: &Cluster, task: &Task) -> bool {
+        let held = self.held(task.job);
+        !held.is_empty() && by_type(cluster, task) == held
+    }
+
+    /// Remembers where this round's `tasks` run.
+    pub(super) fn remember(&mut self, cluster: &Cluster, tasks: &[Task]) {
+        if self.cost.is_empty() {
+            return;
+        }
+        for j in self.holding.drain(..) {
+            self.held[j.index()].clear();
+        }
+        let mut count: std::collections::HashMap<JobId, u32> = std::collections::HashMap::new();
+        for t in tasks {
+            *count.entry(t.job).or_default() += 1;
+        }
+        for t in tasks.iter().filter(|t| count[&t.job] == 1) {
+            self.held[t.job.index()] = by_type(cluster, t);
+            self.holding.push(t.job);
+        }
+    }
+}
+
+/// A task's GPUs per type, by type.
+fn by_type(cluster: &Cluster, task: &Task) -> Vec<(usize, u32)> {
+    let mut out: Vec<(usize, u32)> = Vec::new();
+    for &g in &task.gpus {
+        let ty = cluster.gpu(g).gpu_type.index();
+        match out.iter_mut().find(|(t, _)| *t == ty) {
+            Some((_, n)) => *n += 1,
+            None => out.push((ty, 1)),
+        }
+    }
+    out.sort_unstable();
+    out
+}

@@ -1,0 +1,148 @@
+//! Restart costs in whole simulations: what a start, a move, a resume and
+//! a HadarE round cost a job, read from its record.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::cluster::Cluster;
+use crate::job::Job;
+use crate::throughput::ThroughputTable;
+
+/// `jobs` single-GPU jobs of `steps` steps at 1 step/s on `gpus` V100s
+/// (one per node), each with restart cost `own` (`None`: the run's).
+fn workload(jobs: usize, steps: u64, gpus: u32, own: Option<f64>) -> Arc<Workload> {
+    let mut t = ThroughputTable::default();
+    t.set_isolated("m", 1, "v100", 1.0);
+    let jobs: Vec<Job> = (0..jobs)
+        .map(|i| {
+            let mut j = Job::single_gpu(i, "m", steps);
+            j.restart_s = own;
+            j
+        })
+        .collect();
+    let cluster = Arc::new(Cluster::from_short_form(&format!("v100={gpus}"), 1).unwrap());
+    Arc::new(Workload::new(jobs, cluster, Arc::new(t), "t").unwrap())
+}
+
+fn run(w: &Arc<Workload>, policy: PolicyKind, restart_cost_s: f64) -> RunResult {
+    let settings = SimSettings {
+        restart_cost_s,
+        makespan_bound: false,
+        forked_bound: false,
+        ..SimSettings::default()
+    };
+    Experiment::new(w.clone(), settings)
+        .unwrap()
+        .run(policy, &mut |_| {})
+        .unwrap()
+}
+
+#[test]
+fn a_job_that_keeps_its_gpu_pays_its_first_start_only() {
+    // 1,000 steps at 1 step/s over three 360 s rounds.
+    let w = workload(1, 1000, 1, None);
+    let free = run(&w, PolicyKind::Hadar, 0.0);
+    let paid = run(&w, PolicyKind::Hadar, 60.0);
+    let (a, b) = (&free.jobs[0], &paid.jobs[0]);
+    assert_eq!(a.jct_s, Some(1000.0));
+    assert_eq!(b.jct_s, Some(1060.0), "{b:?}");
+    assert_eq!((a.starts, b.starts), (1, 1));
+    assert_eq!((a.restart_gpu_s, b.restart_gpu_s), (0.0, 60.0));
+    // Held, not idle: the GPU counts busy while the job starts.
+    assert_eq!(b.gpu_seconds, 1060.0);
+    assert_eq!(paid.summary.restart_gpu_hours, 60.0 / 3600.0);
+}
+
+#[test]
+fn a_restart_longer_than_a_round_carries_into_the_next() {
+    let w = workload(1, 1000, 1, None);
+    let r = run(&w, PolicyKind::Hadar, 500.0);
+    assert_eq!(r.jobs[0].jct_s, Some(1500.0), "{:?}", r.jobs[0]);
+    assert_eq!(r.jobs[0].starts, 1);
+    assert_eq!(r.jobs[0].restart_gpu_s, 500.0);
+}
+
+#[test]
+fn a_job_of_its_own_cost_pays_it_over_the_runs() {
+    let w = workload(1, 1000, 1, Some(30.0));
+    let r = run(&w, PolicyKind::Hadar, 60.0);
+    assert_eq!(r.jobs[0].jct_s, Some(1030.0), "{:?}", r.jobs[0]);
+}
+
+#[test]
+fn every_resume_is_charged() {
+    // Three jobs take turns on two GPUs: each resume (and each move to
+    // the other GPU) pays again.
+    let w = workload(3, 2000, 2, None);
+    let free = run(&w, PolicyKind::MaxMinFairness, 0.0);
+    let paid = run(&w, PolicyKind::MaxMinFairness, 90.0);
+    for (a, b) in free.jobs.iter().zip(&paid.jobs) {
+        assert!(b.starts >= 2, "{b:?}");
+        // Charged once a start, in full (90 s < a round).
+        assert_eq!(b.restart_gpu_s, 90.0 * b.starts as f64, "{b:?}");
+        assert!(b.jct_s > a.jct_s, "{a:?} {b:?}");
+    }
+    assert!(paid.summary.starts_per_job >= 2.0);
+    assert!(paid.summary.makespan_s > free.summary.makespan_s);
+}
+
+#[test]
+fn hadare_copies_restart_from_their_merge_every_round() {
+    // One job alone on four GPUs: HadarE runs it as copies, averaged at
+    // every round's end, so every copy of every round starts.
+    let w = workload(1, 4000, 4, None);
+    let r = run(&w, PolicyKind::HadarE, 30.0);
+    let j = &r.jobs[0];
+    assert!(j.copy_rounds > 0, "{j:?}");
+    assert_eq!(j.starts, j.task_rounds, "{j:?}");
+    assert_eq!(j.restart_gpu_s, 30.0 * j.task_rounds as f64, "{j:?}");
+}
+
+#[test]
+fn a_negative_or_infinite_default_is_refused() {
+    let w = workload(1, 10, 1, None);
+    for bad in [-1.0, f64::INFINITY, f64::NAN] {
+        let settings = SimSettings {
+            restart_cost_s: bad,
+            ..SimSettings::default()
+        };
+        let e = Experiment::new(w.clone(), settings).unwrap_err();
+        assert!(e.to_string().contains("restart_cost_s"), "{e}");
+    }
+}
+
+/// Gavel's run B (100 single-GPU jobs, 4 V100 + 4 P100 + 4 K80) with a
+/// 120 s restart: plans that weigh it move jobs less and finish them
+/// sooner than plans that ignore it (measured: docs/algorithm.md).
+#[test]
+fn plans_that_weigh_restarts_move_less_and_finish_sooner() {
+    let (jobs, _) = crate::trace::gavel::parse_trace(
+        crate::reproduce::embedded_trace("static_100jobs_singlegpu_seed0.trace").unwrap(),
+        "run B",
+    )
+    .unwrap();
+    let table = Arc::new(crate::throughput::ThroughputTable::gavel());
+    let cluster = Arc::new(Cluster::from_short_form("v100=4,p100=4,k80=4", 1).unwrap());
+    let w = Arc::new(Workload::new(jobs, cluster, table, "run B").unwrap());
+    let run_with = |aware: bool| {
+        let mut settings = SimSettings {
+            restart_cost_s: 120.0,
+            makespan_bound: false,
+            forked_bound: false,
+            ..SimSettings::default()
+        };
+        settings.scheduler.hadar.restart_aware = aware;
+        Experiment::new(w.clone(), settings)
+            .unwrap()
+            .run(PolicyKind::Hadar, &mut |_| {})
+            .unwrap()
+            .summary
+    };
+    let (aware, blind) = (run_with(true), run_with(false));
+    assert!(
+        aware.starts_per_job < blind.starts_per_job,
+        "{aware:?}\n{blind:?}"
+    );
+    assert!(aware.restart_gpu_hours < blind.restart_gpu_hours);
+    assert!(aware.avg_jct_s < blind.avg_jct_s, "{aware:?}\n{blind:?}");
+}
