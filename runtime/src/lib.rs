@@ -381,6 +381,13 @@ pub struct JobOutcome {
     /// Iterations done and then lost (a task killed before its checkpoint,
     /// a lost node, a deleted checkpoint): done again, and counted here.
     pub lost_iterations: u64,
+    /// Tasks launched for it: its first start and every restart or move.
+    pub starts: u64,
+    /// Its restart cost as measured: mean seconds from a task's launch to
+    /// its first progress (none if no task of it progressed).
+    pub restart_s: Option<f64>,
+    /// GPU-seconds its tasks held before their first progress.
+    pub restart_gpu_s: f64,
     /// Where its tasks ran, each placement once (`v100a:v100+k80a:k80`: a
     /// gang's ranks on two nodes; at most 16 kept).
     pub ran_on: Vec<String>,
@@ -778,6 +785,9 @@ fn outcomes(config: &RunConfig, state: &RunState, result: &RunResult) -> Vec<Job
                 accuracy: p.metrics.get("accuracy").copied(),
                 metrics: p.metrics.clone(),
                 lost_iterations: p.lost,
+                starts: p.starts,
+                restart_s: p.restart_s,
+                restart_gpu_s: rec.restart_gpu_s,
                 ran_on: p.ran_on.clone(),
             }
         })

@@ -650,6 +650,8 @@ fn jobs_table(report: &RunReport) -> Table {
         "JCT s",
         "iterations",
         "lost",
+        "starts",
+        "restart s",
         "accuracy",
         "loss",
         "ran on",
@@ -663,12 +665,19 @@ fn jobs_table(report: &RunReport) -> Table {
             j.jct_s.map_or("-".into(), |x| format!("{x:.1}")),
             j.iterations.to_string(),
             j.lost_iterations.to_string(),
+            j.starts.to_string(),
+            restart(j.restart_s),
             m("accuracy"),
             m("loss"),
             ran_on(&j.ran_on),
         ]);
     }
     t
+}
+
+/// A measured restart cost, for people (`-`: none measured yet).
+fn restart(seconds: Option<f64>) -> String {
+    seconds.map_or("-".into(), |s| format!("{s:.1}"))
 }
 
 /// `ran_on` of a job of `hadar status --json`'s list.
@@ -754,6 +763,9 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
                 "iterations": done,
                 "checkpointed": held,
                 "lost": p.lost,
+                "starts": p.starts,
+                "restart_s": p.restart_s,
+                "restart_gpu_s": js.map_or(0.0, |j| j.restart_gpu_s),
                 "finished_s": js.and_then(|j| j.finish_s),
                 "metrics": p.metrics,
                 "ran_on": p.ran_on,
@@ -802,6 +814,8 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         "iterations",
         "checkpointed",
         "lost",
+        "starts",
+        "restart s",
         "finished at s",
         "accuracy",
         "ran on",
@@ -815,6 +829,8 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             j["iterations"].to_string(),
             j["checkpointed"].to_string(),
             j["lost"].to_string(),
+            j["starts"].to_string(),
+            restart(j["restart_s"].as_f64()),
             j["finished_s"]
                 .as_f64()
                 .map_or("-".into(), |x| format!("{x:.1}")),
