@@ -77,6 +77,10 @@ pub struct RoundReport {
     /// What went wrong that the user should know (a task killed for hanging,
     /// files lost), said once.
     pub warnings: Vec<String>,
+    /// Each job's restart cost as measured so far (a real run: mean launch
+    /// to first progress), handed to the policy. Empty for the simulator.
+    #[serde(default)]
+    pub restarts: Vec<(JobId, f64)>,
 }
 
 /// Executes round plans. The simulator and the real runtime implement it.

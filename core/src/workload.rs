@@ -168,6 +168,11 @@ impl Workload {
         Ok(self)
     }
 
+    /// Seconds a start or move costs a job that sets none of its own.
+    pub fn restart_default_s(&self) -> f64 {
+        self.restart_default_s
+    }
+
     /// Seconds a start or move costs job `j` (held GPUs, no progress).
     pub fn restart_s(&self, j: usize) -> f64 {
         self.jobs[j].restart_s.unwrap_or(self.restart_default_s)

@@ -1026,6 +1026,13 @@ impl RealRounds<'_> {
             progress,
             lost_nodes: ledger.lost_nodes,
             warnings: ledger.warnings,
+            restarts: self
+                .state
+                .jobs
+                .iter()
+                .enumerate()
+                .filter_map(|(j, p)| Some((hadar_core::job::JobId(j as u32), p.restart_s?)))
+                .collect(),
         }
     }
 

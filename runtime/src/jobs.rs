@@ -88,8 +88,9 @@ pub struct RunJob {
     #[serde(default)]
     pub stop_grace_seconds: Option<f64>,
     /// Seconds a start or move costs it (save, start, load, warm up), for
-    /// `hadar simulate --jobs` (default: its `--restart-cost`). A real run
-    /// measures it (launch to first progress) whatever this says.
+    /// `hadar simulate --jobs` (default: its `--restart-cost`) and a real
+    /// run's plans until the run has measured the job's own (launch to
+    /// first progress).
     #[serde(default)]
     pub restart_cost: Option<f64>,
     /// Examples per step of one copy, for HadarE's fork model (default:

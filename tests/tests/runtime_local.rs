@@ -388,6 +388,54 @@ async fn a_copy_that_reaches_the_total_alone_is_merged_with_the_others() {
     assert_ne!(bytes(&latest), bytes(&fast), "copy 1's model alone");
 }
 
+/// [`FirstJob`]'s plans, recording the restart costs the run hands over.
+struct Learning {
+    plans: FirstJob,
+    told: Arc<std::sync::Mutex<Vec<(JobId, f64)>>>,
+}
+
+impl Scheduler for Learning {
+    fn name(&self) -> &str {
+        "learning"
+    }
+    fn plan(&mut self, ctx: &RoundContext<'_>) -> hadar_core::Result<Decision> {
+        self.plans.plan(ctx)
+    }
+    fn learn_restarts(&mut self, measured: &[(JobId, f64)]) {
+        self.told.lock().expect("lock").extend_from_slice(measured);
+    }
+}
+
+/// A real run measures each job's restart cost (launch to first progress)
+/// and hands it to the policy, which plans with it as it does with rates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_learns_the_restart_costs_the_run_measures() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let told: Arc<std::sync::Mutex<Vec<(JobId, f64)>>> = Arc::default();
+    let mut cfg = config(PolicyKind::Hadar, dir.path(), 3000);
+    let record = told.clone();
+    cfg.custom_scheduler = Some(CustomScheduler(Arc::new(move |_| {
+        Ok(Box::new(Learning {
+            plans: FirstJob("two-copies", two_copies),
+            told: record.clone(),
+        }))
+    })));
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    let told = told.lock().expect("lock").clone();
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    for (j, outcome) in report.jobs.iter().enumerate() {
+        let measured = state.jobs[j].restart_s.expect("a restart measured");
+        assert!(measured > 0.0 && measured < 30.0, "{measured}");
+        assert_eq!(outcome.restart_s, Some(measured));
+        assert!(
+            told.iter().any(|&(k, s)| k == JobId(j as u32) && s > 0.0),
+            "job {j}'s restart never reached the policy: {told:?}"
+        );
+    }
+}
+
 /// Gives job 0 the same GPU twice.
 fn invalid(job: JobId) -> Vec<Task> {
     vec![Task {

@@ -259,6 +259,8 @@ pub async fn run_rounds(
         )
     };
     let mut view = View::build(workload, &st.gone, estimated(&know, &st), lp.scheduler)?;
+    // Restart costs the executor measured (a real run), for the policy.
+    let mut restarts: Vec<(JobId, f64)> = Vec::new();
     let mut arrived: Vec<JobId> = Vec::new();
     let mut completed: Vec<JobId> = Vec::new();
     // The explained job's lines so far, and how many of the present
@@ -355,6 +357,10 @@ pub async fn run_rounds(
             .map(|t| (t.job, t.copy, t.gpus.clone()))
             .collect();
         st.warnings.extend(report.warnings.iter().cloned());
+        if !report.restarts.is_empty() && report.restarts != restarts {
+            restarts.clone_from(&report.restarts);
+            view.scheduler.learn_restarts(&restarts);
+        }
         if plan.tasks.is_empty() {
             st.idle_rounds += 1;
             if st.idle_rounds > MAX_IDLE_ROUNDS {
@@ -376,6 +382,7 @@ pub async fn run_rounds(
         if remodel {
             seen = 0;
             view = View::build(workload, &st.gone, estimated(&know, &st), lp.scheduler)?;
+            view.scheduler.learn_restarts(&restarts);
             last = None;
         }
         lp.executor.save(&st)?;

@@ -44,7 +44,8 @@ impl View {
             cluster.clone(),
             Arc::new(table),
             full.table().source(),
-        )?;
+        )?
+        .with_restart_default(full.restart_default_s())?;
         let to_full = cluster
             .gpus()
             .iter()

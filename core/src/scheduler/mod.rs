@@ -65,6 +65,13 @@ pub trait Scheduler: Send {
     fn explanations(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Restart costs a real run measured so far (s, by job: launch to
+    /// first progress), in place of the jobs' given ones. Policies that do
+    /// not weigh restarts ignore them.
+    fn learn_restarts(&mut self, measured: &[(JobId, f64)]) {
+        let _ = measured;
+    }
 }
 
 /// The policies `hadar` knows, by canonical name.

@@ -153,6 +153,10 @@ impl Scheduler for HadarScheduler {
         self.explain = Some(job);
     }
 
+    fn learn_restarts(&mut self, measured: &[(JobId, f64)]) {
+        self.restarts.learn(measured);
+    }
+
     fn explanations(&self) -> Vec<String> {
         self.explanations
             .iter()

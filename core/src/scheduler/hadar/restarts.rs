@@ -11,6 +11,10 @@ use crate::workload::Workload;
 /// ignore them: then every job's cost reads 0 and nothing is remembered.
 #[derive(Debug, Default)]
 pub(super) struct Restarts {
+    /// Whether plans weigh restart costs at all.
+    aware: bool,
+    /// Jobs in the workload.
+    jobs: usize,
     /// Each job's restart cost (s).
     cost: Vec<f64>,
     /// By job: GPUs per type it ran on last round as one task, by type
@@ -22,14 +26,36 @@ pub(super) struct Restarts {
 
 impl Restarts {
     pub(super) fn new(w: &Workload, aware: bool) -> Self {
-        if !(aware && w.charges_restarts()) {
-            return Self::default();
+        let mut r = Self {
+            aware,
+            jobs: w.jobs().len(),
+            ..Self::default()
+        };
+        if aware && w.charges_restarts() {
+            r.start();
+            r.cost = (0..r.jobs).map(|j| w.restart_s(j)).collect();
         }
-        let n = w.jobs().len();
-        Self {
-            cost: (0..n).map(|j| w.restart_s(j)).collect(),
-            held: vec![Vec::new(); n],
-            holding: Vec::new(),
+        r
+    }
+
+    /// Starts weighing restarts: every job at 0 until told otherwise.
+    fn start(&mut self) {
+        self.cost = vec![0.0; self.jobs];
+        self.held = vec![Vec::new(); self.jobs];
+    }
+
+    /// A real run's measured costs replace the given ones.
+    pub(super) fn learn(&mut self, measured: &[(JobId, f64)]) {
+        if !self.aware || (self.cost.is_empty() && measured.iter().all(|&(_, s)| s <= 0.0)) {
+            return;
+        }
+        if self.cost.is_empty() {
+            self.start();
+        }
+        for &(j, s) in measured {
+            if let Some(c) = self.cost.get_mut(j.index()) {
+                *c = s.max(0.0);
+            }
         }
     }
 
