@@ -133,7 +133,7 @@ pub struct SimulateArgs {
     /// simulator: moves are free, so that its numbers compare. A HadarE
     /// job's copies pay it every round they run (they restart from their
     /// merge). See docs/algorithm.md, "Restart cost".
-    #[arg(long, default_value_t = 0.0, value_name = "S", value_parser = seconds)]
+    #[arg(long, default_value_t = 0.0, value_name = "S", value_parser = seconds, allow_negative_numbers = true)]
     pub restart_cost: f64,
 
     /// Skip the LP lower bound on the makespan (it is an LP over every measured job).
@@ -241,7 +241,7 @@ pub struct KnowledgeArgs {
     pub throughput_knowledge: String,
     /// Measured mode: multiplicative noise on the progress measured, as a
     /// standard deviation (0.1: 10%); drawn from --seed.
-    #[arg(long, default_value_t = KnowledgeSettings::default().progress_noise, value_name = "F")]
+    #[arg(long, default_value_t = KnowledgeSettings::default().progress_noise, value_name = "F", allow_negative_numbers = true)]
     pub progress_noise: f64,
     /// Measured mode: rates not measured yet are shown to the scheduler this
     /// much faster, so that it tries jobs where they might be faster.

@@ -150,7 +150,7 @@ fn table(u: Unit, results: &[RunResult]) -> Table {
         "wall s".into(),
     ];
     if restarts {
-        header.extend(["starts/job".into(), "restart GPU-h".into()]);
+        header.extend(["starts/job".into(), format!("restart GPU-{n}")]);
     }
     let mut t = Table::new(header).left_columns(1);
     for r in results {
@@ -175,7 +175,7 @@ fn table(u: Unit, results: &[RunResult]) -> Table {
         ];
         if restarts {
             row.push(format!("{:.1}", s.starts_per_job));
-            row.push(format!("{:.1}", s.restart_gpu_hours));
+            row.push(u.fmt(s.restart_gpu_hours * 3600.0));
         }
         t.row(row);
     }
@@ -198,8 +198,8 @@ fn notes(results: &[RunResult]) -> Vec<String> {
     if charges_restarts(results) {
         notes.push(
             "starts/job: tasks started per job (first starts, moves, resumes; a HadarE job's \
-             copies restart from their merge every round); restart GPU-h: GPU time held while \
-             starting, without progress (the restart cost)"
+             copies restart from their merge every round; a gang's start is one); restart GPU: \
+             GPU time held while starting, without progress (the restart cost)"
                 .to_string(),
         );
     }

@@ -220,6 +220,26 @@ pub(super) fn stalled(workload: &Workload, active: &[JobId], rounds: u32) -> Err
     )
 }
 
+/// Tasks ran for `rounds` rounds in a row without a step.
+pub(super) fn no_progress(workload: &Workload, plan: &RoundPlan, rounds: u32) -> Error {
+    let mut jobs: Vec<JobId> = plan.tasks.iter().map(|t| t.job).collect();
+    jobs.dedup();
+    let some: Vec<String> = jobs
+        .iter()
+        .take(5)
+        .map(|j| format!("job {} (restart {} s)", j, workload.restart_s(j.index())))
+        .collect();
+    Error::inconsistent(
+        crate::error::Location::new("simulation"),
+        format!(
+            "tasks ran for {rounds} rounds without progress: {} (restarted every round for \
+             longer than a round? a policy that ignores restart costs, with \
+             --restart-cost above the round length, can do that)",
+            some.join(", ")
+        ),
+    )
+}
+
 /// The most rounds a run may need: the loop keeps a record per round, so
 /// memory grows with them (about 200 bytes a round).
 pub const MAX_ROUNDS: f64 = 1_000_000.0;

@@ -261,6 +261,8 @@ pub async fn run_rounds(
     let mut view = View::build(workload, &st.gone, estimated(&know, &st), lp.scheduler)?;
     // Restart costs the executor measured (a real run), for the policy.
     let mut restarts: Vec<(JobId, f64)> = Vec::new();
+    // Simulated rounds in a row whose tasks all made no progress.
+    let mut fruitless = 0u32;
     let mut arrived: Vec<JobId> = Vec::new();
     let mut completed: Vec<JobId> = Vec::new();
     // The explained job's lines so far, and how many of the present
@@ -357,6 +359,18 @@ pub async fn run_rounds(
             .map(|t| (t.job, t.copy, t.gpus.clone()))
             .collect();
         st.warnings.extend(report.warnings.iter().cloned());
+        // Tasks that restart every round for longer than a round never
+        // progress (a policy blind to restart costs): said, not run forever.
+        if caps.virtual_time && !plan.tasks.is_empty() {
+            fruitless = if report.tasks.iter().any(|t| t.steps > 0) {
+                0
+            } else {
+                fruitless + 1
+            };
+            if fruitless > MAX_IDLE_ROUNDS {
+                return Err(check::no_progress(workload, &plan, MAX_IDLE_ROUNDS));
+            }
+        }
         if !report.restarts.is_empty() && report.restarts != restarts {
             restarts.clone_from(&report.restarts);
             view.scheduler.learn_restarts(&restarts);

@@ -146,3 +146,54 @@ fn plans_that_weigh_restarts_move_less_and_finish_sooner() {
     assert!(aware.restart_gpu_hours < blind.restart_gpu_hours);
     assert!(aware.avg_jct_s < blind.avg_jct_s, "{aware:?}\n{blind:?}");
 }
+
+/// One gang of 4 (3 steps/s; 1 step/s for a single-GPU copy) of 4,000
+/// steps on 4 V100s, one per node.
+fn gang_of_four() -> Arc<Workload> {
+    let mut t = ThroughputTable::default();
+    t.set_isolated("m", 4, "v100", 3.0);
+    t.set_isolated("m", 1, "v100", 1.0);
+    let mut j = Job::single_gpu(0, "m", 4000);
+    j.scale_factor = 4;
+    let cluster = Arc::new(Cluster::from_short_form("v100=4", 1).unwrap());
+    Arc::new(Workload::new(vec![j], cluster, Arc::new(t), "t").unwrap())
+}
+
+fn hadare(w: &Arc<Workload>, restart_cost_s: f64, aware: bool) -> Result<RunResult> {
+    let mut settings = SimSettings {
+        restart_cost_s,
+        makespan_bound: false,
+        forked_bound: false,
+        // Four copies are worth 4 steps/s, more than the gang's 3.
+        fork_model: "constant:1.0".parse().unwrap(),
+        ..SimSettings::default()
+    };
+    settings.scheduler.hadar.restart_aware = aware;
+    Experiment::new(w.clone(), settings)?.run(PolicyKind::HadarE, &mut |_| {})
+}
+
+/// A restart longer than a round: HadarE's copies, which restart every
+/// round, would never progress; it runs the job as its gang instead,
+/// which pays once and runs on.
+#[test]
+fn hadare_keeps_a_gang_whole_when_a_restart_outlasts_a_round() {
+    let w = gang_of_four();
+    let free = hadare(&w, 0.0, true).unwrap();
+    assert!(free.jobs[0].copy_rounds > 0, "{:?}", free.jobs[0]);
+    let r = hadare(&w, 500.0, true).unwrap();
+    let j = &r.jobs[0];
+    assert_eq!((j.starts, j.copy_rounds), (1, 0), "{j:?}");
+    // 500 s held, then 4,000 steps at 3 steps/s.
+    assert_eq!(
+        j.jct_s.map(f64::round),
+        Some((500.0 + 4000.0 / 3.0_f64).round())
+    );
+}
+
+/// Plans blind to such a restart restart the copies every round: the run
+/// says so and stops instead of running forever.
+#[test]
+fn copies_that_restart_forever_stop_the_run_with_a_reason() {
+    let e = hadare(&gang_of_four(), 500.0, false).unwrap_err();
+    assert!(e.to_string().contains("without progress"), "{e}");
+}

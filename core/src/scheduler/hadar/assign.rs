@@ -13,7 +13,12 @@ impl HadarScheduler {
     /// Concrete GPUs for the jobs that run now: a job whose allocation by type
     /// is unchanged keeps its GPUs (no restart); others take free GPUs of
     /// those types, on as few nodes as possible.
-    pub(super) fn assign(&mut self, w: &Workload, now: &[(JobId, Vec<(usize, u32)>)]) -> Vec<Task> {
+    pub(super) fn assign(
+        &mut self,
+        w: &Workload,
+        now: &[(JobId, Vec<(usize, u32)>)],
+        round_s: f64,
+    ) -> Vec<Task> {
         let cluster = w.cluster();
         self.picker.reset();
         let mut tasks = Vec::with_capacity(now.len());
@@ -42,7 +47,7 @@ impl HadarScheduler {
         for (j, alloc) in rest {
             let mut gpus = Vec::new();
             for &(ty, n) in alloc.iter() {
-                if self.runs_as_copies(j, k, ty) {
+                if self.runs_as_copies(w, j, k, ty, round_s) {
                     gpus.extend(self.picker.pick_spread(cluster, ty, n as usize));
                 } else {
                     gpus.extend(self.picker.pick(cluster, ty, n as usize));
@@ -60,7 +65,7 @@ impl HadarScheduler {
         for t in tasks {
             let ty = cluster.gpu(t.gpus[0]).gpu_type.index();
             let gang = w.gangs_of(t.job.index())[ty] as usize;
-            if self.runs_as_copies(t.job, k, ty) && (t.gpus.len() > 1 || gang > 1) {
+            if self.runs_as_copies(w, t.job, k, ty, round_s) && (t.gpus.len() > 1 || gang > 1) {
                 for (c, &g) in t.gpus.iter().enumerate() {
                     out.push(Task {
                         job: t.job,
@@ -76,9 +81,20 @@ impl HadarScheduler {
     }
 
     /// Whether job `j`'s gang on type `ty` (of `k`) runs as single-GPU
-    /// copies: where they are worth more than the gang, past the warm-up.
-    fn runs_as_copies(&self, j: JobId, k: usize, ty: usize) -> bool {
-        self.as_copies[j.index() * k + ty] && self.warm.get(j.index()).copied().unwrap_or(true)
+    /// copies: where they are worth more than the gang, past the warm-up,
+    /// and (restart costs weighed) still worth more after the restart they
+    /// pay every round (they start from their merge), which a gang that
+    /// runs on does not.
+    fn runs_as_copies(&self, w: &Workload, j: JobId, k: usize, ty: usize, round_s: f64) -> bool {
+        let restart = self.restarts.cost(j);
+        let pays = restart == 0.0 || {
+            let t = crate::cluster::GpuTypeId(ty as u16);
+            let copies = self.rates[j.index() * k + ty];
+            copies * (round_s - restart).max(0.0) > w.rate(j.index(), t) * round_s
+        };
+        self.as_copies[j.index() * k + ty]
+            && self.warm.get(j.index()).copied().unwrap_or(true)
+            && pays
     }
 }
 

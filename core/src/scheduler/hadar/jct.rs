@@ -63,7 +63,7 @@ impl HadarScheduler {
         if self.settings.backfill {
             self.backfill(ctx, &order, &mut grid, &mut now, &mut pending_explanation);
         }
-        let mut tasks = self.assign(w, &now);
+        let mut tasks = self.assign(w, &now, ctx.round_s);
         if self.settings.fork {
             self.fork(ctx, &mut tasks, &order);
         }

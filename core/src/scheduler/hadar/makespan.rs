@@ -170,7 +170,7 @@ impl HadarScheduler {
         let now = self
             .makespan
             .round(ctx, self.settings.backfill, &self.rates);
-        let mut tasks = self.assign(w, &now);
+        let mut tasks = self.assign(w, &now, ctx.round_s);
         if self.settings.fork {
             // The tail decides the makespan: copies go to the longest jobs.
             let mut order = ctx.state.active.clone();

@@ -42,6 +42,15 @@ impl HadarScheduler {
                 let left = ctx.state.remaining(w, j) as f64 / best.max(1e-12);
                 let key = match self.order {
                     JobOrder::ShortestFirst => {
+                        // A job that does not run on where it ran (restart
+                        // costs weighed) is its restart further from done:
+                        // one that runs on is not preempted for one barely
+                        // shorter.
+                        let left = if self.restarts.held(j).is_empty() {
+                            left + self.restarts.cost(j)
+                        } else {
+                            left
+                        };
                         // Additive, not a divisor: a divisor lets a long job
                         // wait in proportion to its length times the aging
                         // time, which did not stop starvation at 6.5 jobs/h

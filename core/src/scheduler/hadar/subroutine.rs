@@ -45,17 +45,41 @@ pub struct JobView<'a> {
     pub held: &'a [(usize, u32)],
 }
 
-impl JobView<'_> {
+/// A schedule's restart, served from its first round with GPUs on: none
+/// where the job keeps its GPUs from last round, else its restart cost (a
+/// start, a move, or a resume after a wait), over as many rounds as it
+/// takes (the GPUs are held meanwhile).
+#[derive(Debug, Default)]
+struct Warmup {
+    /// Seconds still to serve; `None` before the schedule's first round.
+    left: Option<f64>,
+}
+
+impl Warmup {
     /// Seconds of a round of `round_s` the job runs when it takes `take`
-    /// in round `t` of a schedule, its first round with GPUs: all of it
-    /// where it keeps its GPUs from last round, else the round less its
-    /// restart (a start, a move, or a resume after a wait).
-    fn first_round_s(&self, t: usize, take: &[(usize, u32)], round_s: f64) -> f64 {
-        if self.restart_s > 0.0 && !(t == 0 && same_alloc(take, self.held)) {
-            (round_s - self.restart_s).max(0.0)
-        } else {
-            round_s
-        }
+    /// in round `t` of a schedule.
+    fn run_s(&mut self, job: &JobView<'_>, t: usize, take: &[(usize, u32)], round_s: f64) -> f64 {
+        let left = self.left.get_or_insert_with(|| {
+            if job.restart_s > 0.0 && !(t == 0 && same_alloc(take, job.held)) {
+                job.restart_s
+            } else {
+                0.0
+            }
+        });
+        let served = left.min(round_s);
+        *left -= served;
+        round_s - served
+    }
+}
+
+/// Whole steps at `r` steps/s for `run_s` seconds: at least one in a
+/// round it runs at all (so that every walk ends), none in a round it
+/// spends restarting.
+fn steps_in(r: f64, run_s: f64) -> f64 {
+    if run_s > 0.0 {
+        (r * run_s).floor().max(1.0)
+    } else {
+        0.0
     }
 }
 
@@ -131,20 +155,19 @@ pub fn options(
         let mut remaining = job.remaining;
         let mut cost = 0.0;
         let mut last = None;
+        let mut warmup = Warmup::default();
         let mut now = Vec::new();
         let mut t = 0;
         while remaining > 0.0 && t < grid.horizon() {
             let eligible = eligible(&scratch.types_by_speed, bi, only);
             if let Some((c, r)) = take_gpus(grid, t, eligible, ctx.mixed, job, &mut scratch.take) {
                 cost += c * ctx.round_s;
-                let run_s = if last.is_none() {
-                    job.first_round_s(t, &scratch.take, ctx.round_s)
-                } else {
-                    ctx.round_s
-                };
-                let steps = (r * run_s).floor().max(1.0);
-                // (Its steps start after the restart, if it pays one.)
-                last = Some((t, remaining.min(steps), r, ctx.round_s - run_s));
+                let run_s = warmup.run_s(job, t, &scratch.take, ctx.round_s);
+                let steps = steps_in(r, run_s);
+                if steps > 0.0 {
+                    // (Its steps start after the restart, if it pays one.)
+                    last = Some((t, remaining.min(steps), r, ctx.round_s - run_s));
+                }
                 remaining -= steps;
                 if t == 0 {
                     now.clone_from(&scratch.take);
@@ -200,7 +223,7 @@ pub fn commit(
         return;
     };
     let mut remaining = job.remaining;
-    let mut first = true;
+    let mut warmup = Warmup::default();
     let mut t = 0;
     while remaining > 0.0 && t < grid.horizon() {
         let eligible = eligible(&scratch.types_by_speed, bi, option.only);
@@ -208,13 +231,8 @@ pub fn commit(
             for &(w, n) in &scratch.take {
                 grid.commit(t, w, n);
             }
-            let run_s = if first {
-                job.first_round_s(t, &scratch.take, ctx.round_s)
-            } else {
-                ctx.round_s
-            };
-            first = false;
-            remaining -= (r * run_s).floor().max(1.0);
+            let run_s = warmup.run_s(job, t, &scratch.take, ctx.round_s);
+            remaining -= steps_in(r, run_s);
         }
         t += 1;
     }

@@ -356,4 +356,12 @@ fn a_job_moves_only_if_the_move_gains_more_than_its_restart() {
         ..waiting
     };
     assert_eq!(completion(&short, true).0, 60.0 + 50.0 / 2.5);
+    // A restart longer than a round holds the GPUs over several: 250 s
+    // is rounds 0 and 1 and half of round 2 (125 steps on fast), then
+    // 175 steps in 70 s: 370 s.
+    let long = JobView {
+        restart_s: 250.0,
+        ..waiting
+    };
+    assert_eq!(completion(&long, true).0, 370.0);
 }
