@@ -71,6 +71,12 @@ impl Workload {
         let mut preference = Vec::with_capacity(jobs.len() * types);
         for (i, job) in jobs.iter().enumerate() {
             let at = location.line(i + 1);
+            if let Some(s) = job.restart_s.filter(|s| !(s.is_finite() && *s >= 0.0)) {
+                return Err(Error::inconsistent(
+                    at.field("restart_s"),
+                    format!("restart cost {s} is not a number of seconds >= 0"),
+                ));
+            }
             let Some(sizes) = models.get(job.job_type.as_str()) else {
                 let mut known: Vec<&str> = models.keys().copied().collect();
                 known.truncate(8);

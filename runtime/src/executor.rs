@@ -130,7 +130,9 @@ fn absorb(
         return;
     };
     let grown = rep.iterations.saturating_sub(r.iterations);
-    if grown > 0 && r.iterations == 0 {
+    // (Measured on a running task only: one first seen at its end would
+    // book its whole life as its start.)
+    if grown > 0 && r.iterations == 0 && status.state == TaskState::Running {
         // Its first progress: from its launch to here it held its GPUs
         // starting (the job's restart cost, learned as rates are).
         jobs[r.job as usize].measured_restart(now - r.started_s);
@@ -817,6 +819,8 @@ impl RealRounds<'_> {
         let enough = self.copies_past_the_total(&ended);
         let past = self.take_running(&enough);
         let (stopped, not_stopped) = self.stop_tasks(past, ledger).await;
+        // (A node lost meanwhile strands its gangs' ranks on the others.)
+        self.stop_stranded(ledger).await;
         self.say_crashes(crashed, ledger).await;
         // Ended tasks leave; their checkpoints are banked.
         let mut gone = self.take_running(&ended);
@@ -1409,6 +1413,9 @@ fn restart_seconds(
     start: f64,
     now: f64,
 ) -> f64 {
+    // An end before the launch is the previous task's (stopped at the
+    // switch), not this one's.
+    let ended = ended.filter(|&e| e > started.unwrap_or(start).max(start));
     let to = first.or(ended).unwrap_or(now).min(now);
     match (started, first) {
         (Some(s), _) => (to - s.max(start)).max(0.0),
@@ -1451,6 +1458,11 @@ mod tests {
         assert_eq!(busy_seconds(Some(10.25), Some(10.5), 10.0, 11.0), 0.25);
         // Kept, ended at 10.5.
         assert_eq!(busy_seconds(None, Some(10.5), 10.0, 11.0), 0.5);
+        // Moved, no progress yet: the old task's end at 10.1 is not its own.
+        assert_eq!(
+            restart_seconds(Some(10.25), None, Some(10.1), 10.0, 11.0),
+            0.75
+        );
         // Moved: the old task stopped at 10.1, the new one launched at
         // 10.25 runs on; the old end is not the new task's.
         assert_eq!(busy_seconds(Some(10.25), Some(10.1), 10.0, 11.0), 0.75);

@@ -223,6 +223,7 @@ pub(super) fn stalled(workload: &Workload, active: &[JobId], rounds: u32) -> Err
 /// Tasks ran for `rounds` rounds in a row without a step.
 pub(super) fn no_progress(workload: &Workload, plan: &RoundPlan, rounds: u32) -> Error {
     let mut jobs: Vec<JobId> = plan.tasks.iter().map(|t| t.job).collect();
+    jobs.sort_unstable();
     jobs.dedup();
     let some: Vec<String> = jobs
         .iter()

@@ -427,7 +427,10 @@ impl Knowledge {
             if Some(t.gpus.len() as u32) != full.gang(t.job.index(), ty) {
                 continue;
             }
-            let whole = r.busy_s >= 0.5 * plan.length_s && r.steps > 0;
+            // Its rate over the time it ran, not the time it held its GPUs
+            // while starting (restart costs).
+            let ran_s = r.busy_s - r.restart_s;
+            let whole = ran_s >= 0.5 * plan.length_s && r.steps > 0;
             // The simulator ends a task that cannot run at once, with no step.
             let stuck = fresh && r.steps == 0 && r.busy_s == 0.0;
             if !whole && !stuck {
@@ -436,7 +439,7 @@ impl Knowledge {
             let rate = if stuck {
                 0.0
             } else {
-                r.steps as f64 / r.busy_s * self.noise(plan.index, t.job.0)
+                r.steps as f64 / ran_s * self.noise(plan.index, t.job.0)
             };
             let Some(k) = self.kind_of[t.job.index() * self.types.len() + ty.index()] else {
                 continue;

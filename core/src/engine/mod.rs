@@ -362,7 +362,11 @@ pub async fn run_rounds(
         // Tasks that restart every round for longer than a round never
         // progress (a policy blind to restart costs): said, not run forever.
         if caps.virtual_time && !plan.tasks.is_empty() {
-            fruitless = if report.tasks.iter().any(|t| t.steps > 0) {
+            // (A task serving a restart carried from an earlier round is
+            // on its way: not counted.)
+            let on_the_way =
+                |t: &crate::executor::TaskReport| t.steps > 0 || (!t.started && t.restart_s > 0.0);
+            fruitless = if report.tasks.iter().any(on_the_way) {
                 0
             } else {
                 fruitless + 1
