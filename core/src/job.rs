@@ -22,6 +22,9 @@ impl fmt::Display for JobId {
     }
 }
 
+/// The largest restart cost accepted (s): a week; more is a typo.
+pub const MAX_RESTART_S: f64 = 604_800.0;
+
 /// A deep-learning training job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {

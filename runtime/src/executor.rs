@@ -1403,9 +1403,10 @@ fn busy_seconds(started: Option<f64>, ended: Option<f64>, start: f64, now: f64) 
 }
 
 /// The seconds of the round from `start` to `now` a task held its GPUs
-/// before its first progress: from its launch (this round) or the round's
-/// start (a task kept from the last one) to its first progress, its end,
-/// or now. A kept task that made progress before this round: none.
+/// before its first progress: its busy time ([`busy_seconds`]) up to its
+/// first progress, for a task launched this round or one kept from the
+/// last that first progressed in it. A kept task that made progress
+/// before this round: none.
 fn restart_seconds(
     started: Option<f64>,
     first: Option<f64>,
@@ -1413,15 +1414,10 @@ fn restart_seconds(
     start: f64,
     now: f64,
 ) -> f64 {
-    // An end before the launch is the previous task's (stopped at the
-    // switch), not this one's.
-    let ended = ended.filter(|&e| e > started.unwrap_or(start).max(start));
-    let to = first.or(ended).unwrap_or(now).min(now);
-    match (started, first) {
-        (Some(s), _) => (to - s.max(start)).max(0.0),
-        (None, Some(f)) => (f.min(now) - start).max(0.0),
-        (None, None) => 0.0,
+    if started.is_none() && first.is_none() {
+        return 0.0;
     }
+    busy_seconds(started, first.or(ended), start, now)
 }
 
 #[cfg(test)]
@@ -1446,6 +1442,11 @@ mod tests {
         assert_eq!(restart_seconds(None, Some(10.5), None, 10.0, 11.0), 0.5);
         // Kept, progressing before this round.
         assert_eq!(restart_seconds(None, None, None, 10.0, 11.0), 0.0);
+        // Moved, no progress yet: the old task's end at 10.1 is not its own.
+        assert_eq!(
+            restart_seconds(Some(10.25), None, Some(10.1), 10.0, 11.0),
+            0.75
+        );
     }
 
     #[test]
@@ -1458,11 +1459,6 @@ mod tests {
         assert_eq!(busy_seconds(Some(10.25), Some(10.5), 10.0, 11.0), 0.25);
         // Kept, ended at 10.5.
         assert_eq!(busy_seconds(None, Some(10.5), 10.0, 11.0), 0.5);
-        // Moved, no progress yet: the old task's end at 10.1 is not its own.
-        assert_eq!(
-            restart_seconds(Some(10.25), None, Some(10.1), 10.0, 11.0),
-            0.75
-        );
         // Moved: the old task stopped at 10.1, the new one launched at
         // 10.25 runs on; the old end is not the new task's.
         assert_eq!(busy_seconds(Some(10.25), Some(10.1), 10.0, 11.0), 0.75);

@@ -344,10 +344,13 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
                 .map_err(|m| Error::parse(f("stop_grace_seconds"), m))?;
         }
         if let Some(c) = j.restart_cost {
-            if !(0.0..=604_800.0).contains(&c) {
+            if !(0.0..=hadar_core::job::MAX_RESTART_S).contains(&c) {
                 return Err(Error::parse(
                     f("restart_cost"),
-                    format!("{c} is not a number of seconds from 0 to 604800 (a week)"),
+                    format!(
+                        "{c} is not a number of seconds from 0 to {} (a week)",
+                        hadar_core::job::MAX_RESTART_S
+                    ),
                 ));
             }
         }

@@ -676,7 +676,7 @@ fn jobs_table(report: &RunReport) -> Table {
 }
 
 /// A measured restart cost, for people (`-`: none measured yet).
-fn restart(seconds: Option<f64>) -> String {
+pub(super) fn restart(seconds: Option<f64>) -> String {
     seconds.map_or("-".into(), |s| format!("{s:.1}"))
 }
 

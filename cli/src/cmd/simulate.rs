@@ -622,9 +622,10 @@ fn fraction(s: &str) -> Result<f64, String> {
 /// Seconds, 0 or more (a week at most: a larger restart is a typo).
 fn seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(x) if (0.0..=604_800.0).contains(&x) => Ok(x),
+        Ok(x) if (0.0..=hadar_core::job::MAX_RESTART_S).contains(&x) => Ok(x),
         _ => Err(format!(
-            "`{s}`: expected seconds from 0 to 604800 (30: half a minute)"
+            "`{s}`: expected seconds from 0 to {} (30: half a minute)",
+            hadar_core::job::MAX_RESTART_S
         )),
     }
 }

@@ -94,7 +94,7 @@ pub fn frame(v: &RunView) -> String {
         "progress",
         "iterations",
         "starts",
-        "restart",
+        "restart s",
         "lost",
         "where / why",
     ])
@@ -112,7 +112,7 @@ pub fn frame(v: &RunView) -> String {
                 format!("{}/{t}", j.iterations)
             }),
             j.starts.to_string(),
-            j.restart_s.map_or("-".into(), |s| format!("{s:.1} s")),
+            super::run::restart(j.restart_s),
             j.lost.to_string(),
             escape(if j.placement.is_empty() {
                 j.why.as_deref().unwrap_or("")

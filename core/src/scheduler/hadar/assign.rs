@@ -1,7 +1,5 @@
 //! Assignment of planned allocations (GPUs per type) to concrete GPUs.
 
-use std::collections::HashMap;
-
 use crate::cluster::GpuId;
 use crate::job::JobId;
 use crate::plan::Task;
@@ -99,9 +97,19 @@ impl HadarScheduler {
 }
 
 fn same_types(cluster: &crate::cluster::Cluster, gpus: &[GpuId], alloc: &[(usize, u32)]) -> bool {
-    let mut counts: HashMap<usize, u32> = HashMap::new();
+    super::subroutine::same_alloc(&by_type(cluster, gpus), alloc)
+}
+
+/// GPUs per type (the allocation they make), by type.
+pub(super) fn by_type(cluster: &crate::cluster::Cluster, gpus: &[GpuId]) -> Vec<(usize, u32)> {
+    let mut out: Vec<(usize, u32)> = Vec::new();
     for &g in gpus {
-        *counts.entry(cluster.gpu(g).gpu_type.index()).or_default() += 1;
+        let ty = cluster.gpu(g).gpu_type.index();
+        match out.iter_mut().find(|(t, _)| *t == ty) {
+            Some((_, n)) => *n += 1,
+            None => out.push((ty, 1)),
+        }
     }
-    alloc.len() == counts.len() && alloc.iter().all(|(t, n)| counts.get(t) == Some(n))
+    out.sort_unstable();
+    out
 }

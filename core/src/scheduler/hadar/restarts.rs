@@ -6,6 +6,8 @@ use crate::job::JobId;
 use crate::plan::Task;
 use crate::workload::Workload;
 
+use super::assign::by_type;
+
 /// Restart costs as the planner weighs them (see
 /// `HadarSettings::restart_aware`). Empty where starts are free or plans
 /// ignore them: then every job's cost reads 0 and nothing is remembered.
@@ -73,7 +75,7 @@ impl Restarts {
     /// types from last round (so, as the executor sees it, runs on).
     pub(super) fn continues(&self, cluster: &Cluster, task: &Task) -> bool {
         let held = self.held(task.job);
-        !held.is_empty() && by_type(cluster, task) == held
+        !held.is_empty() && by_type(cluster, &task.gpus) == held
     }
 
     /// Remembers where this round's `tasks` run.
@@ -89,22 +91,8 @@ impl Restarts {
             *count.entry(t.job).or_default() += 1;
         }
         for t in tasks.iter().filter(|t| count[&t.job] == 1) {
-            self.held[t.job.index()] = by_type(cluster, t);
+            self.held[t.job.index()] = by_type(cluster, &t.gpus);
             self.holding.push(t.job);
         }
     }
-}
-
-/// A task's GPUs per type, by type.
-fn by_type(cluster: &Cluster, task: &Task) -> Vec<(usize, u32)> {
-    let mut out: Vec<(usize, u32)> = Vec::new();
-    for &g in &task.gpus {
-        let ty = cluster.gpu(g).gpu_type.index();
-        match out.iter_mut().find(|(t, _)| *t == ty) {
-            Some((_, n)) => *n += 1,
-            None => out.push((ty, 1)),
-        }
-    }
-    out.sort_unstable();
-    out
 }

@@ -84,7 +84,7 @@ fn steps_in(r: f64, run_s: f64) -> f64 {
 }
 
 /// Whether two allocations (GPUs per type) are the same, in any order.
-fn same_alloc(a: &[(usize, u32)], b: &[(usize, u32)]) -> bool {
+pub(super) fn same_alloc(a: &[(usize, u32)], b: &[(usize, u32)]) -> bool {
     a.len() == b.len() && a.iter().all(|x| b.contains(x))
 }
 
