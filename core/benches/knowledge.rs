@@ -9,8 +9,8 @@
 
 mod support;
 
-use hadar_core::engine::{estimated_workload, KnowledgeSettings};
 use hadar_core::estimate::{Kind, RateModel};
+use hadar_core::knowledge::{estimated_workload, KnowledgeSettings};
 use hadar_core::scheduler::hadar::{HadarScheduler, HadarSettings};
 use hadar_core::scheduler::{RoundContext, Scheduler};
 use hadar_core::workload::Workload;

@@ -318,7 +318,7 @@ pub fn forked_jct_lower_bound(
 ) -> Result<f64> {
     let curves = ForkCurves::new(model, workload)?;
     let max_copies = workload.cluster().nodes().len() as u32;
-    Ok(crate::metrics::mean(jobs.into_iter().map(|j| {
+    Ok(crate::stats::mean(jobs.into_iter().map(|j| {
         let copies = if workload.jobs()[j].placement.fork {
             max_copies
         } else {
@@ -337,7 +337,7 @@ pub fn isolated_jct(workload: &Workload, job: usize) -> f64 {
 
 /// The no-queueing bound on mean JCT over `jobs` (indices).
 pub fn jct_lower_bound(workload: &Workload, jobs: impl IntoIterator<Item = usize>) -> f64 {
-    crate::metrics::mean(jobs.into_iter().map(|j| isolated_jct(workload, j)))
+    crate::stats::mean(jobs.into_iter().map(|j| isolated_jct(workload, j)))
 }
 
 #[cfg(test)]

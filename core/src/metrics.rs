@@ -137,7 +137,7 @@ pub struct Summary {
     /// With `--throughput-knowledge measured`: what was measured, the
     /// share of GPU time spent exploring, how fast estimates converged.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub knowledge: Option<crate::engine::KnowledgeReport>,
+    pub knowledge: Option<crate::knowledge::KnowledgeReport>,
 }
 
 /// Everything a run produced.
@@ -163,30 +163,6 @@ pub struct RunResult {
     pub explanations: Vec<String>,
 }
 
-/// The `q`-quantile (0..=1) of sorted values, by linear interpolation
-/// (numpy's default, as Gavel's scripts use).
-pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
-    let lo = pos.floor() as usize;
-    let hi = pos.ceil() as usize;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
-}
-
-/// Mean of values (0 when empty).
-pub fn mean(values: impl IntoIterator<Item = f64>) -> f64 {
-    let (s, n) = values
-        .into_iter()
-        .fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-    if n == 0 {
-        0.0
-    } else {
-        s / n as f64
-    }
-}
-
 /// Serializes a number JSON can hold as itself, and an infinite one as the
 /// string `"inf"` / `"-inf"` (JSON has no infinity; `null` would lose it).
 pub fn number_or_inf<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
@@ -194,21 +170,5 @@ pub fn number_or_inf<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Er
         x if x == f64::INFINITY => s.serialize_str("inf"),
         x if x == f64::NEG_INFINITY => s.serialize_str("-inf"),
         x => s.serialize_f64(x),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quantiles_interpolate() {
-        let v = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(quantile(&v, 0.5), 2.5);
-        assert_eq!(quantile(&v, 1.0), 4.0);
-        assert_eq!(quantile(&v, 0.0), 1.0);
-        assert!((quantile(&v, 0.95) - 3.85).abs() < 1e-12);
-        assert_eq!(quantile(&[], 0.5), 0.0);
-        assert_eq!(mean([1.0, 3.0]), 2.0);
     }
 }

@@ -7,8 +7,8 @@
 //! records appended to `history.jsonl` (synced), then `state.json` without
 //! them. Both at 1,000, 10,000 and 100,000 rounds behind the save.
 
-use hadar_core::engine::LoopState;
 use hadar_core::metrics::{DecisionRecord, GpuSpan, RoundRecord};
+use hadar_core::state::LoopState;
 use hadar_runtime::history::{append, Mark};
 use hadar_runtime::{save_state, RunState};
 

@@ -20,10 +20,11 @@ use hadar_backend::{
     TaskStatus,
 };
 use hadar_core::cluster::{Cluster, GpuId};
-use hadar_core::engine::LoopState;
-use hadar_core::executor::{Capabilities, RoundExecutor, RoundReport, TaskReport};
+use hadar_core::executor::{Capabilities, RoundExecutor};
 use hadar_core::plan::{RoundPlan, Task};
+use hadar_core::report::{RoundReport, TaskReport};
 use hadar_core::state::JobsState;
+use hadar_core::state::LoopState;
 
 use crate::checkpoints::{incoming, install, latest};
 use crate::jobs::RunJob;

@@ -14,8 +14,8 @@
 use std::io::{BufRead, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use hadar_core::engine::LoopState;
 use hadar_core::metrics::{DecisionRecord, GpuSpan, RoundRecord};
+use hadar_core::state::LoopState;
 use serde::{Deserialize, Serialize};
 
 use crate::state::io;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hadar_backend::TaskHandle;
-use hadar_core::engine::LoopState;
+use hadar_core::state::LoopState;
 use serde::{Deserialize, Serialize};
 
 use crate::RunError;

@@ -96,7 +96,7 @@ pub struct RunArgs {
     /// them this much faster (1.0: twice), so that a job is tried where it
     /// might be faster. Rates the jobs file gives are planned with as given
     /// until measured.
-    #[arg(long, default_value_t = hadar_core::engine::KnowledgeSettings::default().exploration_bonus, value_name = "F")]
+    #[arg(long, default_value_t = hadar_core::knowledge::KnowledgeSettings::default().exploration_bonus, value_name = "F")]
     pub exploration_bonus: f64,
     /// Print the final report as JSON.
     #[arg(long)]

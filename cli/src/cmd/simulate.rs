@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use hadar_core::engine::{KnowledgeSettings, ThroughputKnowledge};
 use hadar_core::fork_model::ForkModel;
+use hadar_core::knowledge::{KnowledgeSettings, ThroughputKnowledge};
 use hadar_core::lp::LpSolver;
 use hadar_core::metrics::RunResult;
 use hadar_core::plan::MixedRate;

@@ -3,37 +3,31 @@
 //!
 //! The simulator and real runs differ only in the [`RoundExecutor`] they
 //! hand the loop (real runs plan on measured rates: [`KnowledgeSettings`]).
-//! The loop's whole
-//! state is one serializable [`LoopState`], given to the executor to save
+//! The loop's whole state is one serializable [`LoopState`], given to the
+//! executor to save
 //! after every round, so a real run killed at any moment resumes where its
 //! last saved round left it.
 
 pub(crate) mod check;
-mod knowledge;
 mod view;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
-pub use knowledge::{
-    estimated_workload, Convergence, KnowledgeReport, KnowledgeSettings, KnowledgeState,
-    ThroughputKnowledge,
-};
 pub use view::SchedulerFactory;
 
 use crate::cluster::GpuId;
 use crate::error::{Error, Result};
-use crate::executor::{RoundExecutor, RoundReport};
+use crate::executor::RoundExecutor;
 use crate::job::JobId;
+use crate::knowledge::{Knowledge, KnowledgeReport, KnowledgeSettings};
 use crate::metrics::{DecisionRecord, GpuSpan, RoundRecord};
 use crate::plan::RoundPlan;
+use crate::report::RoundReport;
 use crate::scheduler::RoundContext;
-use crate::state::{JobsState, Phase};
+use crate::state::{JobsState, LoopState, Phase};
 use crate::workload::Workload;
-use knowledge::Knowledge;
 use view::View;
 
 /// Rounds in a row with nothing to run and nothing arriving before the loop
@@ -64,100 +58,6 @@ pub struct Progress {
     pub done: usize,
     /// Measured jobs.
     pub total: usize,
-}
-
-/// Everything the loop knows between two rounds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LoopState {
-    /// Every job's progress.
-    pub jobs: JobsState,
-    /// Jobs admitted so far (ids below it have arrived).
-    pub admitted: usize,
-    /// The time (s).
-    pub now_s: f64,
-    /// The next round's number.
-    pub round: u64,
-    /// Measured jobs finished.
-    pub done: usize,
-    /// Rounds in a row that ran nothing.
-    pub idle_rounds: u32,
-    /// Every round so far.
-    pub rounds: Vec<RoundRecord>,
-    /// Closed GPU spans.
-    pub spans: Vec<GpuSpan>,
-    /// Open spans per GPU: one, or two while jobs share it.
-    pub open_spans: Vec<Vec<GpuSpan>>,
-    /// Busy seconds per GPU.
-    pub gpu_busy_s: Vec<f64>,
-    /// Timed scheduler solves.
-    pub decisions: Vec<DecisionRecord>,
-    /// Nodes lost (no more tasks go there).
-    pub gone: Vec<String>,
-    /// What went wrong along the way, for the report.
-    pub warnings: Vec<String>,
-    /// The throughput model (measured mode).
-    #[serde(default)]
-    pub knowledge: Option<KnowledgeState>,
-}
-
-impl LoopState {
-    /// The state before the first round.
-    pub fn new(workload: &Workload) -> Self {
-        let gpus = workload.cluster().num_gpus();
-        Self {
-            jobs: JobsState::new(workload),
-            admitted: 0,
-            now_s: workload.jobs().first().map_or(0.0, |j| j.arrival_s),
-            round: 0,
-            done: 0,
-            idle_rounds: 0,
-            rounds: Vec::new(),
-            spans: Vec::new(),
-            open_spans: vec![Vec::new(); gpus],
-            gpu_busy_s: vec![0.0; gpus],
-            decisions: Vec::new(),
-            gone: Vec::new(),
-            warnings: Vec::new(),
-            knowledge: None,
-        }
-    }
-
-    /// Whether it belongs to `workload` (same jobs and GPUs).
-    pub fn fits(&self, workload: &Workload) -> bool {
-        self.jobs.jobs.len() == workload.jobs().len()
-            && self.gpu_busy_s.len() == workload.cluster().num_gpus()
-            && self.open_spans.len() == self.gpu_busy_s.len()
-            && self.admitted <= self.jobs.jobs.len()
-            && self
-                .jobs
-                .active
-                .iter()
-                .all(|j| j.index() < self.jobs.jobs.len())
-    }
-
-    /// A copy without the records that only grow (`rounds`, `spans`,
-    /// `decisions`, `warnings`: the loop appends to them and never changes
-    /// one it holds), so that a run saving its state every round can keep
-    /// those in a file it appends to and write the rest, whose size does not
-    /// grow with the rounds.
-    pub fn without_history(&self) -> Self {
-        Self {
-            jobs: self.jobs.clone(),
-            admitted: self.admitted,
-            now_s: self.now_s,
-            round: self.round,
-            done: self.done,
-            idle_rounds: self.idle_rounds,
-            rounds: Vec::new(),
-            spans: Vec::new(),
-            open_spans: self.open_spans.clone(),
-            gpu_busy_s: self.gpu_busy_s.clone(),
-            decisions: Vec::new(),
-            gone: self.gone.clone(),
-            warnings: Vec::new(),
-            knowledge: self.knowledge.clone(),
-        }
-    }
 }
 
 /// What the loop observed.
@@ -365,7 +265,7 @@ pub async fn run_rounds(
             // (A task serving a restart carried from an earlier round is
             // on its way: not counted.)
             let on_the_way =
-                |t: &crate::executor::TaskReport| t.steps > 0 || (!t.started && t.restart_s > 0.0);
+                |t: &crate::report::TaskReport| t.steps > 0 || (!t.started && t.restart_s > 0.0);
             fruitless = if report.tasks.iter().any(on_the_way) {
                 0
             } else {

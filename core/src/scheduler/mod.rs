@@ -11,9 +11,9 @@ pub mod hadar;
 use std::fmt;
 
 use crate::error::{Error, Result};
-use crate::executor::RoundReport;
 use crate::job::JobId;
 use crate::plan::Task;
+use crate::report::RoundReport;
 use crate::state::JobsState;
 use crate::workload::Workload;
 

@@ -3,10 +3,11 @@
 
 use crate::cluster::GpuId;
 use crate::error::Result;
-use crate::executor::{Capabilities, RoundExecutor, RoundReport, TaskReport};
+use crate::executor::{Capabilities, RoundExecutor};
 use crate::fork_model::{ForkCurves, ForkModel};
 use crate::job::JobId;
 use crate::plan::{shared_rate, task_rate, MixedRate, RoundPlan};
+use crate::report::{RoundReport, TaskReport};
 use crate::state::JobsState;
 use crate::workload::Workload;
 

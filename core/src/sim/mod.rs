@@ -10,16 +10,16 @@ use std::time::Instant;
 pub use backend::SimBackend;
 
 use crate::bounds::{jct_lower_bound, makespan_lower_bound};
-use crate::engine::{
-    run_rounds, KnowledgeSettings, Loop, LoopOutcome, LoopSettings, LoopState, Progress,
-    SchedulerFactory,
-};
+use crate::engine::{run_rounds, Loop, LoopOutcome, LoopSettings, Progress, SchedulerFactory};
 use crate::error::{Error, Result};
 use crate::executor::RoundExecutor;
 use crate::fork_model::ForkModel;
-use crate::metrics::{mean, quantile, JobRecord, RunResult, Summary};
+use crate::knowledge::KnowledgeSettings;
+use crate::metrics::{JobRecord, RunResult, Summary};
 use crate::plan::MixedRate;
 use crate::scheduler::{build, PolicyKind, SchedulerSettings};
+use crate::state::LoopState;
+use crate::stats::{mean, quantile};
 use crate::workload::Workload;
 
 /// Settings of a simulation (serialized into every result, so that a

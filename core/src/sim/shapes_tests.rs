@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::*;
 use crate::cluster::Cluster;
-use crate::engine::ThroughputKnowledge;
 use crate::fork_model::ForkModel;
 use crate::job::{Job, Placement, Shape};
+use crate::knowledge::ThroughputKnowledge;
 use crate::throughput::ThroughputTable;
 
 fn shape(ty: &str, gang: u32) -> Shape {
@@ -306,7 +306,7 @@ fn measured_rates_are_at_each_types_gang_and_only_on_accepted_types() {
     let mut model = crate::estimate::RateModel::default();
     model.observe(&crate::estimate::Kind::new("x", 2), "v100", 9.0);
     let seen =
-        crate::engine::estimated_workload(&w, &model, &KnowledgeSettings::default()).unwrap();
+        crate::knowledge::estimated_workload(&w, &model, &KnowledgeSettings::default()).unwrap();
     let table = seen.table();
     // x's measured rate on v100 is its gang of 2's; on a100 its gang is 1.
     let v100 = table.isolated("x", 2, "v100").unwrap();

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
 use crate::error::Result;
-use crate::metrics::mean;
 use crate::scheduler::PolicyKind;
 use crate::sim::{Experiment, SimSettings};
+use crate::stats::mean;
 use crate::throughput::ThroughputTable;
 use crate::trace::generate::{generate, GeneratorSpec};
 use crate::workload::Workload;

@@ -8,8 +8,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::estimate::{Estimates, Kind, RateModel, Source};
-use crate::executor::RoundReport;
 use crate::plan::RoundPlan;
+use crate::report::RoundReport;
 use crate::throughput::ThroughputTable;
 use crate::workload::Workload;
 
@@ -220,7 +220,7 @@ impl KnowledgeState {
 
 /// The knowledge machinery of one run of the loop.
 #[derive(Debug)]
-pub(super) struct Knowledge {
+pub(crate) struct Knowledge {
     settings: KnowledgeSettings,
     /// Distinct kinds of the workload, and each job's on each type,
     /// `kind_of[job * types + type]` (a job's kind on a type is its model at
@@ -238,7 +238,7 @@ pub(super) struct Knowledge {
 
 impl Knowledge {
     /// `None` in oracle mode. `track`: the workload's rates are the truth.
-    pub(super) fn new(
+    pub(crate) fn new(
         settings: &KnowledgeSettings,
         workload: &Workload,
         state: &mut Option<KnowledgeState>,
@@ -278,7 +278,7 @@ impl Knowledge {
     /// ones raised by the exploration bonus, priors shown as the fastest
     /// kind measured there), and the space-sharing pairs the true table
     /// allows at estimated rates.
-    pub(super) fn view_table(&self, full: &Workload, model: &RateModel) -> ThroughputTable {
+    pub(crate) fn view_table(&self, full: &Workload, model: &RateModel) -> ThroughputTable {
         let bonus = 1.0 + self.settings.exploration_bonus;
         let mut table = ThroughputTable::default()
             .with_source(format!("{} (estimated)", full.table().source()));
@@ -366,7 +366,7 @@ impl Knowledge {
     /// Notes which of the plan's tasks explore: placed on a type where the
     /// job's rate (at the task's size) was not measured, or beside a job
     /// it was never measured beside.
-    pub(super) fn mark(
+    pub(crate) fn mark(
         &mut self,
         plan: &RoundPlan,
         partners: &[Option<usize>],
@@ -398,7 +398,7 @@ impl Knowledge {
     /// round measures too (no start-up cost, the simulator). Returns
     /// whether the scheduler should get the new estimates.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn learn(
+    pub(crate) fn learn(
         &mut self,
         st: &mut KnowledgeState,
         full: &Workload,
@@ -478,7 +478,7 @@ impl Knowledge {
 
     /// For `--explain`: the rates `job` was planned with this round, where
     /// each came from, and whether where it ran was exploration.
-    pub(super) fn explain(
+    pub(crate) fn explain(
         &self,
         job: crate::job::JobId,
         plan: &RoundPlan,
@@ -535,7 +535,7 @@ impl Knowledge {
 
     /// Before a round is planned: notes, for each active job, the types on
     /// which what the scheduler sees is within 10% of the truth.
-    pub(super) fn track(
+    pub(crate) fn track(
         &self,
         st: &mut KnowledgeState,
         full: &Workload,
@@ -566,7 +566,7 @@ impl Knowledge {
     }
 
     /// The report at the end.
-    pub(super) fn report(&self, st: &KnowledgeState, full: &Workload) -> KnowledgeReport {
+    pub(crate) fn report(&self, st: &KnowledgeState, full: &Workload) -> KnowledgeReport {
         let convergence = self.track.then(|| {
             let mut rounds = Vec::new();
             let (mut pairs, mut never) = (0, 0);
@@ -586,7 +586,7 @@ impl Knowledge {
                 }
             }
             rounds.sort_by(f64::total_cmp);
-            let q = |p: f64| crate::metrics::quantile(&rounds, p);
+            let q = |p: f64| crate::stats::quantile(&rounds, p);
             Convergence {
                 pairs,
                 at_arrival: rounds.iter().filter(|r| **r == 0.0).count(),

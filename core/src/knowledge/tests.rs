@@ -225,7 +225,7 @@ fn a_pair_measured_for_the_first_time_replans_even_when_rates_alone_hold() {
             end_s: 360.0,
             tasks: [a, b]
                 .iter()
-                .map(|&j| crate::executor::TaskReport {
+                .map(|&j| crate::report::TaskReport {
                     job: job(j),
                     copy: 0,
                     gpus: 1,
