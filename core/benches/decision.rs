@@ -84,7 +84,7 @@ fn hadare_round<const CONSTANT: bool>(bencher: divan::Bencher, n: usize) {
 fn gavel_max_min_fairness_perf_round(bencher: divan::Bencher, n: usize) {
     decide(bencher, n, |w| {
         build(
-            PolicyKind::MaxMinFairnessPerf,
+            PolicyKind::MAX_MIN_FAIRNESS_PERF,
             w,
             &SchedulerSettings::default(),
         )

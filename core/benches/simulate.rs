@@ -48,7 +48,7 @@ fn experiment(workload: Arc<Workload>, makespan_bound: bool) -> Experiment {
 fn continuous_6000_jobs(bencher: divan::Bencher) {
     let exp = continuous_experiment(5.0);
     bencher.bench(|| {
-        exp.run(PolicyKind::MaxMinFairnessPerf, &mut |_| {})
+        exp.run(PolicyKind::MAX_MIN_FAIRNESS_PERF, &mut |_| {})
             .expect("simulation")
     });
 }
@@ -61,7 +61,7 @@ fn continuous_6000_jobs_with_bounds(bencher: divan::Bencher) {
     let workload = continuous_workload(5.0);
     bencher.bench(|| {
         experiment(workload.clone(), true)
-            .run(PolicyKind::MaxMinFairnessPerf, &mut |_| {})
+            .run(PolicyKind::MAX_MIN_FAIRNESS_PERF, &mut |_| {})
             .expect("simulation")
     });
 }

@@ -145,7 +145,7 @@ pub fn check(tolerance: f64, on_row: &mut dyn FnMut(&Comparison)) -> Result<Vec<
         let r = exp.run(kind, &mut |_| {})?;
         let makespan_ratio = r.summary.makespan_s / run.makespan_s;
         let jct_ratio = r.summary.avg_jct_s / run.avg_jct_s;
-        let checked = kind != PolicyKind::Fifo;
+        let checked = kind != PolicyKind::FIFO;
         let within =
             (makespan_ratio - 1.0).abs() <= tolerance && (jct_ratio - 1.0).abs() <= tolerance;
         let row = Comparison {

@@ -51,7 +51,7 @@ fn simulate_hadar(bencher: divan::Bencher, n: usize) {
             Workload::new(jobs, cluster.clone(), Arc::new(table), "jobs.toml").expect("workload");
         Experiment::new(Arc::new(w), SimSettings::default())
             .expect("experiment")
-            .run(PolicyKind::Hadar, &mut |_| {})
+            .run(PolicyKind::HADAR, &mut |_| {})
             .expect("simulation")
     });
 }

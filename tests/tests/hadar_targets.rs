@@ -44,7 +44,7 @@ fn gavel_best_jct(label: &str) -> f64 {
 fn makespan_utility_is_within_three_percent_of_the_lp_bound() {
     for label in ["A", "B"] {
         // Without sharing, against the LP bound (no sharing either).
-        let alone = run_with(label, PolicyKind::HadarMakespan, without_sharing());
+        let alone = run_with(label, PolicyKind::HADAR_MAKESPAN, without_sharing());
         let ratio = alone.makespan_over_bound.expect("bound computed");
         assert!(
             (1.0 - 1e-9..=1.03).contains(&ratio),
@@ -52,7 +52,7 @@ fn makespan_utility_is_within_three_percent_of_the_lp_bound() {
         );
         assert_eq!(alone.jobs_completed, 100);
         // Space sharing (the default) shortens it further.
-        let shared = run(label, PolicyKind::HadarMakespan);
+        let shared = run(label, PolicyKind::HADAR_MAKESPAN);
         assert!(
             shared.makespan_s < alone.makespan_s,
             "run {label}: {:.2} h shared, {:.2} h not",
@@ -65,7 +65,7 @@ fn makespan_utility_is_within_three_percent_of_the_lp_bound() {
 #[test]
 fn jct_utility_beats_every_gavel_policy() {
     for label in ["A", "B"] {
-        let s = run(label, PolicyKind::Hadar);
+        let s = run(label, PolicyKind::HADAR);
         let best = gavel_best_jct(label);
         assert!(
             s.avg_jct_s < best,
@@ -108,7 +108,7 @@ fn hadare_beats_gavels_best_makespan_on_the_physical_trace() {
             let exp =
                 Experiment::new(workload_of(r).expect("workload"), settings).expect("experiment");
             let s = exp
-                .run(PolicyKind::HadarEMakespan, &mut |_| {})
+                .run(PolicyKind::HADARE_MAKESPAN, &mut |_| {})
                 .expect("simulation")
                 .summary;
             assert!(
@@ -134,7 +134,7 @@ fn hadare_beats_gavels_best_makespan_on_the_physical_trace() {
 fn saturated_cluster_no_starvation_without_sharing() {
     let mut settings = SimSettings::default();
     settings.scheduler.hadar.share_min_gain = None;
-    let s = hadar_tests::gavel_continuous::run_with(PolicyKind::Hadar, 6.5, 12_000, settings);
+    let s = hadar_tests::gavel_continuous::run_with(PolicyKind::HADAR, 6.5, 12_000, settings);
     assert_eq!(s.jobs_completed, 1000);
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
     let hours = s.avg_jct_s / 3600.0;
@@ -148,8 +148,8 @@ fn saturated_cluster_no_starvation_without_sharing() {
 /// jobs.
 #[test]
 fn saturated_cluster_two_and_a_half_times_better_than_max_min_fairness() {
-    let s = hadar_tests::gavel_continuous::run(PolicyKind::Hadar, 6.5, 12_000);
-    let mmf = hadar_tests::gavel_continuous::run(PolicyKind::MaxMinFairnessPerf, 6.5, 12_000);
+    let s = hadar_tests::gavel_continuous::run(PolicyKind::HADAR, 6.5, 12_000);
+    let mmf = hadar_tests::gavel_continuous::run(PolicyKind::MAX_MIN_FAIRNESS_PERF, 6.5, 12_000);
     assert_eq!(s.jobs_completed, 1000);
     let hours = s.avg_jct_s / 3600.0;
     assert!(65.3 / hours >= 2.5, "Hadar {hours:.2} h");

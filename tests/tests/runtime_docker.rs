@@ -167,13 +167,13 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hadar_runs_six_jobs_on_three_daemons() {
     let _one = SERIAL.lock().await;
-    six_jobs_finish(PolicyKind::Hadar).await;
+    six_jobs_finish(PolicyKind::HADAR).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hadare_runs_six_jobs_on_three_daemons() {
     let _one = SERIAL.lock().await;
-    six_jobs_finish(PolicyKind::HadarE).await;
+    six_jobs_finish(PolicyKind::HADARE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,7 +181,7 @@ async fn a_killed_dockerd_s_jobs_finish_elsewhere() {
     let _one = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let remote = tempfile::tempdir().expect("tempdir");
-    let config = run_config(PolicyKind::Hadar, dir.path(), remote.path());
+    let config = run_config(PolicyKind::HADAR, dir.path(), remote.path());
     let b: Arc<dyn Backend> = Arc::new(backend());
     let handle = std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -333,7 +333,7 @@ async fn a_daemon_lost_under_one_rank_stops_the_gang_and_the_job_finishes_elsewh
     let config = RunConfig {
         cluster: Arc::new(Cluster::from_toml_str(cluster, "cluster.toml").expect("cluster")),
         jobs: parse_jobs(&jobs, "jobs.toml").expect("jobs"),
-        ..run_config(PolicyKind::Hadar, dir.path(), remote.path())
+        ..run_config(PolicyKind::HADAR, dir.path(), remote.path())
     };
     let b: Arc<dyn Backend> = Arc::new(backend());
     let handle = std::thread::spawn(move || {

@@ -84,7 +84,7 @@ async fn a_node_lost_under_one_rank_stops_the_gang_and_the_job_finishes_elsewher
     let config = RunConfig {
         cluster: Arc::new(Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster")),
         jobs: parse_jobs(&jobs, "jobs.toml").expect("jobs"),
-        policy: PolicyKind::Hadar,
+        policy: PolicyKind::HADAR,
         scheduler: SchedulerSettings::default(),
         round_s: 1.0,
         state_dir: dir.path().to_path_buf(),

@@ -83,7 +83,7 @@ fn config_on(cluster: &str, dir: &std::path::Path, jobs: &str) -> RunConfig {
     RunConfig {
         cluster: Arc::new(Cluster::from_toml_str(cluster, "cluster.toml").expect("cluster")),
         jobs: parse_jobs(jobs, "jobs.toml").expect("jobs"),
-        policy: PolicyKind::Hadar,
+        policy: PolicyKind::HADAR,
         scheduler: SchedulerSettings::default(),
         round_s: 2.0,
         state_dir: dir.to_path_buf(),

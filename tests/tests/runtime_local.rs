@@ -122,7 +122,7 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
     // A rate is measured from a task that kept its GPUs for a whole round:
     // HadarE's copies come and go with the jobs' progress, so whether one
     // did in a run this short depends on the machine's pace.
-    if policy == PolicyKind::Hadar {
+    if policy == PolicyKind::HADAR {
         assert!(!measured.is_empty(), "rates were measured");
     }
     if let Some(k80) = measured.iter().find(|m| m.1 == "k80") {
@@ -142,7 +142,7 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hadar_runs_real_jobs_to_completion() {
-    let tasks = finish(PolicyKind::Hadar).await;
+    let tasks = finish(PolicyKind::HADAR).await;
     assert!(
         tasks.iter().all(|t| t.contains("-copy0-")),
         "no copies: {tasks:?}"
@@ -151,7 +151,7 @@ async fn hadar_runs_real_jobs_to_completion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hadare_runs_and_merges_copies() {
-    let tasks = finish(PolicyKind::HadarE).await;
+    let tasks = finish(PolicyKind::HADARE).await;
     // Copies ran (copy index >= 1), so their checkpoints were merged.
     assert!(tasks.iter().any(|t| !t.contains("-copy0-")), "{tasks:?}");
 }
@@ -159,7 +159,7 @@ async fn hadare_runs_and_merges_copies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_run_resumes_without_redoing_work() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = config(PolicyKind::Hadar, dir.path(), 6000);
+    let cfg = config(PolicyKind::HADAR, dir.path(), 6000);
     // Start, then drop the run mid-way (as a killed `hadar run` would stop):
     // its tasks keep running, its state is on disk.
     let first = tokio::time::timeout(
@@ -223,7 +223,7 @@ async fn a_jobs_file_without_throughputs_runs_on_measured_rates() {
     // Long enough (about 4 s a job) that tasks keep their GPUs for whole
     // rounds: a task's first round carries its start-up and measures
     // nothing, so jobs done within two rounds would teach the model nothing.
-    let mut cfg = config(PolicyKind::Hadar, dir.path(), 12_000);
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 12_000);
     cfg.jobs = parse_jobs(&jobs_with(12_000, ""), "jobs.toml").expect("jobs without rates");
     assert!(cfg.jobs.iter().all(|j| j.throughput.is_empty()));
     let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
@@ -299,7 +299,7 @@ fn two_copies(job: JobId) -> Vec<Task> {
 async fn copies_that_keep_their_gpus_are_still_merged_every_round() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = first_job_config(
-        PolicyKind::HadarE,
+        PolicyKind::HADARE,
         dir.path(),
         6000,
         FirstJob("two-copies", two_copies),
@@ -349,7 +349,7 @@ async fn a_copy_that_reaches_the_total_alone_is_merged_with_the_others() {
          env = {{ HADAR_TRAINER_ITER_US = \"5000\" }}\n"
     );
     let mut cfg = first_job_config(
-        PolicyKind::HadarE,
+        PolicyKind::HADARE,
         dir.path(),
         total,
         FirstJob("two-copies", two_copies),
@@ -412,7 +412,7 @@ impl Scheduler for Learning {
 async fn the_policy_learns_the_restart_costs_the_run_measures() {
     let dir = tempfile::tempdir().expect("tempdir");
     let told: Arc<std::sync::Mutex<Vec<(JobId, f64)>>> = Arc::default();
-    let mut cfg = config(PolicyKind::Hadar, dir.path(), 3000);
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 3000);
     let record = told.clone();
     cfg.custom_scheduler = Some(CustomScheduler(Arc::new(move |_| {
         Ok(Box::new(Learning {
@@ -449,7 +449,7 @@ fn invalid(job: JobId) -> Vec<Task> {
 async fn a_real_run_refuses_an_invalid_plan() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = first_job_config(
-        PolicyKind::Hadar,
+        PolicyKind::HADAR,
         dir.path(),
         3000,
         FirstJob("invalid", invalid),
@@ -467,11 +467,11 @@ async fn a_real_run_refuses_an_invalid_plan() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_of_other_jobs_is_refused_not_discarded() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = config(PolicyKind::Hadar, dir.path(), 300);
+    let cfg = config(PolicyKind::HADAR, dir.path(), 300);
     let first = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
         .expect("first run");
-    let other = config(PolicyKind::Hadar, dir.path(), 400);
+    let other = config(PolicyKind::HADAR, dir.path(), 400);
     let err = run(&other, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
         .expect_err("other jobs");
@@ -535,7 +535,7 @@ async fn a_report_seen_only_at_the_stop_gives_the_job_its_metrics() {
         "[[job]]\nname = \"quiet\"\ncommand = [\"sh\", \"-c\", {script:?}]\niterations = 100\n\
          throughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
     );
-    let mut cfg = config(PolicyKind::Hadar, dir.path(), 100);
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 100);
     cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
     cfg.custom_scheduler = Some(CustomScheduler(Arc::new(|_| Ok(Box::new(Alternate(0))))));
     let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
@@ -563,7 +563,7 @@ async fn a_job_finished_by_a_merge_starts_no_more_copies() {
              env = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n\n"
         ));
     }
-    let mut cfg = config(PolicyKind::HadarE, dir.path(), 1);
+    let mut cfg = config(PolicyKind::HADARE, dir.path(), 1);
     cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
     cfg.round_s = 2.0;
     let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
@@ -599,7 +599,7 @@ fn processes_under(root: &std::path::Path) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relative_remote_dir_is_refused_before_anything_starts() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = config(PolicyKind::Hadar, dir.path(), 1000);
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 1000);
     cfg.remote_dir = Some("rd".into());
     let err = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
@@ -627,7 +627,7 @@ async fn checkpoints_that_cannot_be_collected_stay_recorded_for_the_next_run() {
          throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
          env = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n"
     );
-    let mut cfg = config(PolicyKind::Hadar, dir.path(), 1);
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 1);
     cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
     let first = cfg.clone();
     let handle = std::thread::spawn(move || {
@@ -663,7 +663,7 @@ async fn checkpoints_that_cannot_be_collected_stay_recorded_for_the_next_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wall_clock_moved_back_does_not_stall_a_resume() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = config(PolicyKind::Hadar, dir.path(), 6000);
+    let cfg = config(PolicyKind::HADAR, dir.path(), 6000);
     let first = cfg.clone();
     let handle = std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -703,7 +703,7 @@ async fn a_wall_clock_moved_back_does_not_stall_a_resume() {
 async fn a_copied_state_directory_does_not_adopt_the_run_s_tasks() {
     let root = tempfile::tempdir().expect("tempdir");
     let (home, copy) = (root.path().join("run"), root.path().join("copy"));
-    let cfg = config(PolicyKind::Hadar, &home, 12000);
+    let cfg = config(PolicyKind::HADAR, &home, 12000);
     let first = cfg.clone();
     let handle = std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -756,7 +756,7 @@ async fn wait_for_a_task(dir: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_history_is_refused_and_fresh_starts_over() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = config(PolicyKind::Hadar, dir.path(), 600);
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 600);
     run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
         .expect("run");
@@ -791,7 +791,7 @@ async fn a_damaged_history_is_refused_and_fresh_starts_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_that_together_reach_the_total_are_stopped_then() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = config(PolicyKind::HadarE, dir.path(), 20_000);
+    let mut cfg = config(PolicyKind::HADARE, dir.path(), 20_000);
     let trainer = local_trainer().display().to_string();
     cfg.jobs = parse_jobs(
         &format!(

@@ -159,7 +159,7 @@ async fn six_jobs_finish(policy: PolicyKind, max_steps: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hadar_runs_six_jobs_on_slurm() {
-    let made = six_jobs_finish(PolicyKind::Hadar, SlurmOptions::default().max_steps).await;
+    let made = six_jobs_finish(PolicyKind::HADAR, SlurmOptions::default().max_steps).await;
     assert_eq!(made, 1, "one allocation for the whole run");
 }
 
@@ -168,7 +168,7 @@ async fn hadar_runs_six_jobs_on_slurm() {
 /// allocation between rounds, and every job still finishes once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hadare_runs_six_jobs_on_slurm_renewing_its_allocation() {
-    let made = six_jobs_finish(PolicyKind::HadarE, 14).await;
+    let made = six_jobs_finish(PolicyKind::HADARE, 14).await;
     assert!(made >= 2, "the allocation was renewed: {made} made");
 }
 
@@ -280,7 +280,7 @@ async fn a_node_whose_slurmd_dies_is_lost_and_its_jobs_finish_elsewhere() {
     let dir = tempfile::tempdir().expect("tempdir");
     let remote = tempfile::tempdir().expect("tempdir");
     // Long enough jobs that the run outlasts the controller's SlurmdTimeout.
-    let config = run_config(PolicyKind::Hadar, 60_000, dir.path(), remote.path());
+    let config = run_config(PolicyKind::HADAR, 60_000, dir.path(), remote.path());
     let b: Arc<dyn Backend> = Arc::new(backend(&cluster()));
     let handle = std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -370,7 +370,7 @@ async fn an_interrupted_run_resumes_in_the_same_allocation() {
     let _one = ONE_RUN.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let remote = tempfile::tempdir().expect("tempdir");
-    let config = run_config(PolicyKind::Hadar, 20_000, dir.path(), remote.path());
+    let config = run_config(PolicyKind::HADAR, 20_000, dir.path(), remote.path());
     let first = tokio::time::timeout(
         Duration::from_millis(4000),
         run(&config, Arc::new(backend(&cluster())), &mut |_| {}),
@@ -473,7 +473,7 @@ async fn a_node_lost_under_one_rank_stops_the_gang_and_the_job_finishes_elsewher
     let config = RunConfig {
         cluster: Arc::new(cluster.clone()),
         jobs: parse_jobs(&jobs, "jobs.toml").expect("jobs"),
-        ..run_config(PolicyKind::Hadar, 1, dir.path(), remote.path())
+        ..run_config(PolicyKind::HADAR, 1, dir.path(), remote.path())
     };
     let b: Arc<dyn Backend> = Arc::new(backend(&cluster));
     let handle = std::thread::spawn(move || {

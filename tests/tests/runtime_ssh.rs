@@ -120,7 +120,7 @@ async fn hadare_runs_six_jobs_over_ssh() {
         .expect("cluster")
         .without(&["h2".to_string()])
         .expect("cluster");
-    let config = run_config(cluster, PolicyKind::HadarE, dir.path(), remote.path());
+    let config = run_config(cluster, PolicyKind::HADARE, dir.path(), remote.path());
     // Watched as `hadar serve` and `hadar status --watch` watch it.
     let mut watcher = hadar_tests::live::Watcher::new(dir.path());
     let report = run(&config, Arc::new(backend()), &mut |e| watcher.event(&e))
@@ -140,7 +140,7 @@ async fn a_lost_node_s_jobs_finish_elsewhere() {
     // checkpoint must travel through the backend (SFTP) to be found.
     let remote = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster");
-    let config = run_config(cluster, PolicyKind::Hadar, dir.path(), remote.path());
+    let config = run_config(cluster, PolicyKind::HADAR, dir.path(), remote.path());
     let b: Arc<dyn Backend> = Arc::new(backend());
     // The run's future stays on one thread (it is not `Send`): a thread of
     // its own with a runtime of its own.

@@ -137,7 +137,7 @@ proptest! {
                 .expect("forked bound");
         prop_assert!(forked_bound <= bound * (1.0 + 1e-6));
         let exp = Experiment::new(workload.clone(), SimSettings::default()).expect("experiment");
-        for kind in PolicyKind::ALL {
+        for kind in PolicyKind::builtin() {
             let r = exp.run(kind, &mut |_| {}).expect("simulation");
             let s = &r.summary;
             // Every job finishes.
@@ -147,7 +147,7 @@ proptest! {
             // Forked jobs (HadarE) answer to the forked-job bound. Hadar
             // shares GPUs: a shared GPU-second does at most MAX_PAIR_GAIN
             // GPU-seconds of work, as if the cluster were that much larger.
-            let bound = if matches!(kind, PolicyKind::HadarE | PolicyKind::HadarEMakespan) {
+            let bound = if kind.forks() {
                 forked_bound
             } else {
                 bound
@@ -158,7 +158,7 @@ proptest! {
             for (job, rec) in workload.jobs().iter().zip(&r.jobs) {
                 let jct = rec.jct_s.expect("finished");
                 let best = workload.rates_of(job.id.index()).iter().copied().fold(0.0, f64::max);
-                if kind.is_gavel() || matches!(kind, PolicyKind::Hadar | PolicyKind::HadarMakespan) {
+                if !kind.forks() {
                     // Nobody finishes faster than alone on its fastest type.
                     prop_assert!(jct >= isolated_jct(&workload, job.id.index()) * (1.0 - 1e-9));
                 }
@@ -207,7 +207,7 @@ proptest! {
         settings.scheduler.hadar.share_min_gain = None;
         let exp = Experiment::new(workload.clone(), settings).expect("experiment");
         let bound = forked_makespan_lower_bound(&workload, model).expect("bound");
-        for kind in [PolicyKind::HadarE, PolicyKind::HadarEMakespan] {
+        for kind in [PolicyKind::HADARE, PolicyKind::HADARE_MAKESPAN] {
             let r = exp.run(kind, &mut |_| {}).expect("simulation");
             prop_assert_eq!(r.summary.jobs_completed, workload.jobs().len());
             prop_assert!(r.summary.makespan_s >= bound * (1.0 - 1e-6), "{}: {} < {}", kind, r.summary.makespan_s, bound);

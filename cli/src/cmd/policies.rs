@@ -16,7 +16,7 @@ pub struct PoliciesArgs {
 /// Runs the command.
 pub fn run(args: PoliciesArgs) -> Result<(), CliError> {
     if args.json {
-        let list: Vec<_> = PolicyKind::ALL
+        let list: Vec<_> = PolicyKind::builtin()
             .iter()
             .map(|k| {
                 serde_json::json!({
@@ -28,7 +28,7 @@ pub fn run(args: PoliciesArgs) -> Result<(), CliError> {
             .collect();
         println!("{}", serde_json::Value::Array(list));
     } else {
-        for k in PolicyKind::ALL {
+        for k in PolicyKind::builtin() {
             let aliases = if k.aliases().is_empty() {
                 String::new()
             } else {

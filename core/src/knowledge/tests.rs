@@ -30,10 +30,10 @@ fn measured(noise: f64) -> SimSettings {
 fn every_kind_of_policy_runs_on_measured_rates() {
     let e = Experiment::new(run_a(), measured(0.1)).unwrap();
     for policy in [
-        PolicyKind::Hadar,
-        PolicyKind::HadarE,
-        PolicyKind::MaxMinFairnessPerf,
-        PolicyKind::FifoPerf,
+        PolicyKind::HADAR,
+        PolicyKind::HADARE,
+        PolicyKind::MAX_MIN_FAIRNESS_PERF,
+        PolicyKind::FIFO_PERF,
     ] {
         let r = e.run(policy, &mut |_| {}).unwrap();
         let s = &r.summary;
@@ -70,7 +70,7 @@ fn oracle_runs_report_no_knowledge() {
         ..SimSettings::default()
     };
     let e = Experiment::new(run_a(), settings).unwrap();
-    let r = e.run(PolicyKind::Hadar, &mut |_| {}).unwrap();
+    let r = e.run(PolicyKind::HADAR, &mut |_| {}).unwrap();
     assert!(r.summary.knowledge.is_none());
 }
 
@@ -162,7 +162,7 @@ fn explain_says_where_rates_came_from_and_what_was_exploration() {
         ..measured(0.0)
     };
     let e = Experiment::new(run_a(), settings).unwrap();
-    let r = e.run(PolicyKind::Hadar, &mut |_| {}).unwrap();
+    let r = e.run(PolicyKind::HADAR, &mut |_| {}).unwrap();
     let lines = &r.explanations;
     let ours: Vec<&String> = lines
         .iter()

@@ -2,15 +2,17 @@
 //!
 //! [`gavel`] holds the Gavel-style baselines (an allocation LP plus Gavel's
 //! round-based placement). Every scheduler sees the same [`RoundContext`] and
-//! returns tasks; the round loop hands them to a backend.
+//! returns tasks; the round loop hands them to a backend. [`registry`] knows
+//! the policies by name.
 
 pub mod gavel;
 pub mod gpus;
 pub mod hadar;
+pub mod registry;
 
-use std::fmt;
+pub use registry::{edit_distance, Family, Policy, PolicyKind, Registry};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::job::JobId;
 use crate::plan::Task;
 use crate::report::RoundReport;
@@ -74,178 +76,6 @@ pub trait Scheduler: Send {
     }
 }
 
-/// The policies `hadar` knows, by canonical name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PolicyKind {
-    /// Gavel's heterogeneity-aware max-min fairness (LAS).
-    MaxMinFairnessPerf,
-    /// Gavel's type-agnostic max-min fairness.
-    MaxMinFairness,
-    /// Gavel's heterogeneity-aware makespan minimization.
-    MinTotalDurationPerf,
-    /// Gavel's type-agnostic makespan minimization.
-    MinTotalDuration,
-    /// Gavel's heterogeneity-aware finish-time fairness (Themis-like).
-    FinishTimeFairnessPerf,
-    /// Gavel's type-agnostic finish-time fairness.
-    FinishTimeFairness,
-    /// First come, first served, fastest free type.
-    FifoPerf,
-    /// First come, first served, random type.
-    Fifo,
-    /// Hadar, aimed at average JCT.
-    Hadar,
-    /// Hadar, aimed at makespan (the paper's "total time duration").
-    HadarMakespan,
-    /// HadarE: Hadar (JCT utility) plus forked job copies on idle GPUs.
-    HadarE,
-    /// HadarE with the makespan utility.
-    HadarEMakespan,
-}
-
-impl PolicyKind {
-    /// Every policy, in the order tables list them.
-    pub const ALL: [PolicyKind; 12] = [
-        Self::Hadar,
-        Self::HadarMakespan,
-        Self::HadarE,
-        Self::HadarEMakespan,
-        Self::MaxMinFairnessPerf,
-        Self::MinTotalDurationPerf,
-        Self::FinishTimeFairnessPerf,
-        Self::FifoPerf,
-        Self::MaxMinFairness,
-        Self::MinTotalDuration,
-        Self::FinishTimeFairness,
-        Self::Fifo,
-    ];
-
-    /// Canonical name (Gavel's).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::MaxMinFairnessPerf => "max_min_fairness_perf",
-            Self::MaxMinFairness => "max_min_fairness",
-            Self::MinTotalDurationPerf => "min_total_duration_perf",
-            Self::MinTotalDuration => "min_total_duration",
-            Self::FinishTimeFairnessPerf => "finish_time_fairness_perf",
-            Self::FinishTimeFairness => "finish_time_fairness",
-            Self::FifoPerf => "fifo_perf",
-            Self::Fifo => "fifo",
-            Self::Hadar => "hadar",
-            Self::HadarMakespan => "hadar:makespan",
-            Self::HadarE => "hadare",
-            Self::HadarEMakespan => "hadare:makespan",
-        }
-    }
-
-    /// Whether this is one of Gavel's policies (reimplemented as a baseline).
-    pub fn is_gavel(self) -> bool {
-        !matches!(
-            self,
-            Self::Hadar | Self::HadarMakespan | Self::HadarE | Self::HadarEMakespan
-        )
-    }
-
-    /// Whether it runs copies of jobs (HadarE): its runs answer to the
-    /// forked-job bounds.
-    pub fn forks(self) -> bool {
-        matches!(self, Self::HadarE | Self::HadarEMakespan)
-    }
-
-    /// One line for `hadar policies`.
-    pub fn description(self) -> &'static str {
-        match self {
-            Self::MaxMinFairnessPerf => {
-                "Gavel's heterogeneity-aware max-min fairness (LAS): maximize the least \
-                 normalized throughput"
-            }
-            Self::MaxMinFairness => "type-agnostic max-min fairness: equal GPU time, types ignored",
-            Self::MinTotalDurationPerf => {
-                "Gavel's makespan policy: the smallest horizon every job can finish in"
-            }
-            Self::MinTotalDuration => {
-                "type-agnostic makespan policy (every type as fast as the first)"
-            }
-            Self::FinishTimeFairnessPerf => {
-                "Gavel's finish-time fairness: minimize the largest slowdown over an equal share"
-            }
-            Self::FinishTimeFairness => "type-agnostic finish-time fairness",
-            Self::FifoPerf => {
-                "first come, first served on the fastest free GPU type, no preemption"
-            }
-            Self::Fifo => "first come, first served on a random GPU type, no preemption",
-            Self::Hadar => {
-                "Hadar (online primal-dual, task-level heterogeneity), utility aimed at average JCT"
-            }
-            Self::HadarMakespan => "Hadar with the makespan utility (total time duration)",
-            Self::HadarE => {
-                "HadarE: Hadar plus copies of jobs on nodes it would leave idle (a copy a node), averaged each round"
-            }
-            Self::HadarEMakespan => "HadarE with the makespan utility",
-        }
-    }
-
-    /// The other names [`PolicyKind::parse`] accepts for it.
-    pub fn aliases(self) -> &'static [&'static str] {
-        match self {
-            Self::MaxMinFairnessPerf => &["las_perf", "gavel"],
-            Self::MaxMinFairness => &["las"],
-            Self::MinTotalDurationPerf => &["makespan_perf"],
-            Self::MinTotalDuration => &["makespan"],
-            Self::FinishTimeFairnessPerf => &["themis_perf"],
-            Self::FinishTimeFairness => &["themis"],
-            Self::Hadar => &["hadar:jct"],
-            Self::HadarE => &["hadare:jct"],
-            _ => &[],
-        }
-    }
-
-    /// Parses a name; Gavel's names and a few aliases are accepted
-    /// (case and `-` for `_` do not matter).
-    pub fn parse(name: &str) -> Result<Self> {
-        let n = name.trim().to_ascii_lowercase().replace('-', "_");
-        let kind = match n.as_str() {
-            "max_min_fairness_perf" | "las_perf" | "gavel" => Self::MaxMinFairnessPerf,
-            "max_min_fairness" | "las" => Self::MaxMinFairness,
-            "min_total_duration_perf" | "makespan_perf" => Self::MinTotalDurationPerf,
-            "min_total_duration" | "makespan" => Self::MinTotalDuration,
-            "finish_time_fairness_perf" | "themis_perf" => Self::FinishTimeFairnessPerf,
-            "finish_time_fairness" | "themis" => Self::FinishTimeFairness,
-            "fifo_perf" => Self::FifoPerf,
-            "fifo" => Self::Fifo,
-            "hadar" | "hadar:jct" => Self::Hadar,
-            "hadar:makespan" => Self::HadarMakespan,
-            "hadare" | "hadare:jct" => Self::HadarE,
-            "hadare:makespan" => Self::HadarEMakespan,
-            _ => {
-                let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
-                let near = names
-                    .iter()
-                    .map(|k| (edit_distance(&n, k), *k))
-                    .min()
-                    .filter(|(d, _)| *d <= 3)
-                    .map(|(_, k)| format!(" (did you mean `{k}`?)"))
-                    .unwrap_or_default();
-                return Err(Error::setting(
-                    "policy",
-                    format!(
-                        "unknown policy `{name}`{near}; known: {} (`hadar policies` lists them \
-                         with their aliases)",
-                        names.join(", ")
-                    ),
-                ));
-            }
-        };
-        Ok(kind)
-    }
-}
-
-impl fmt::Display for PolicyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// Settings shared by the schedulers.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SchedulerSettings {
@@ -277,58 +107,5 @@ pub fn build(
     workload: &Workload,
     settings: &SchedulerSettings,
 ) -> Result<Box<dyn Scheduler>> {
-    let hadar_with = |utility, fork| {
-        let s = hadar::HadarSettings {
-            utility,
-            fork,
-            ..settings.hadar.clone()
-        };
-        hadar::HadarScheduler::new(kind.name(), workload, s)
-    };
-    Ok(match kind {
-        PolicyKind::Hadar => Box::new(hadar_with(hadar::Utility::Jct, false)?),
-        PolicyKind::HadarMakespan => Box::new(hadar_with(hadar::Utility::Makespan, false)?),
-        PolicyKind::HadarE => Box::new(hadar_with(hadar::Utility::Jct, true)?),
-        PolicyKind::HadarEMakespan => Box::new(hadar_with(hadar::Utility::Makespan, true)?),
-        _ => Box::new(gavel::GavelScheduler::new(kind, workload, settings)?),
-    })
-}
-
-/// Levenshtein distance, for "did you mean" (names are short).
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let next = (diag + usize::from(ca != cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diag = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
-}
-
-#[cfg(test)]
-mod policy_name_tests {
-    use super::*;
-
-    #[test]
-    fn every_listed_alias_parses_to_its_policy_and_typos_get_a_suggestion() {
-        for k in PolicyKind::ALL {
-            assert_eq!(PolicyKind::parse(k.name()).unwrap(), k);
-            for a in k.aliases() {
-                assert_eq!(PolicyKind::parse(a).unwrap(), k, "{a}");
-            }
-        }
-        assert_eq!(PolicyKind::parse("Hadar").unwrap(), PolicyKind::Hadar);
-        let err = PolicyKind::parse("fifo-prf").unwrap_err().to_string();
-        assert!(err.contains("did you mean `fifo_perf`?"), "{err}");
-        let err = PolicyKind::parse("zzzzzzzz").unwrap_err().to_string();
-        assert!(!err.contains("did you mean"), "{err}");
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-    }
+    kind.build(workload, settings)
 }

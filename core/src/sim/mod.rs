@@ -206,15 +206,33 @@ impl Experiment {
             }
             Ok(s)
         };
-        self.run_with(policy.name(), &mut make, executor, resume, progress)
+        let named = Named {
+            name: policy.name(),
+            forks: policy.forks(),
+        };
+        self.run_named(named, &mut make, executor, resume, progress)
             .await
     }
 
     /// [`Self::run_on`] with any scheduler (`make` builds it for a
-    /// workload, again after a node is lost), reported under `name`.
+    /// workload, again after a node is lost), reported under `name` (a
+    /// scheduler that does not fork).
     pub async fn run_with(
         &self,
         name: &str,
+        make: &mut SchedulerFactory<'_>,
+        executor: &mut dyn RoundExecutor,
+        resume: Option<LoopState>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<RunResult> {
+        let named = Named { name, forks: false };
+        self.run_named(named, make, executor, resume, progress)
+            .await
+    }
+
+    async fn run_named(
+        &self,
+        named: Named<'_>,
         make: &mut SchedulerFactory<'_>,
         executor: &mut dyn RoundExecutor,
         resume: Option<LoopState>,
@@ -236,13 +254,13 @@ impl Experiment {
         let outcome = run_rounds(lp, resume, progress).await?;
         let explanations = outcome.explanations.clone();
         let knowledge = outcome.knowledge.clone();
-        let mut result = self.result(name, outcome, started.elapsed().as_secs_f64());
+        let mut result = self.result(named, outcome, started.elapsed().as_secs_f64());
         result.explanations = explanations;
         result.summary.knowledge = knowledge;
         Ok(result)
     }
 
-    fn result(&self, policy: &str, out: LoopOutcome, wall_s: f64) -> RunResult {
+    fn result(&self, policy: Named<'_>, out: LoopOutcome, wall_s: f64) -> RunResult {
         let w = &*self.workload;
         let cluster = w.cluster();
         let ftf = FtfModel::new(&out, w);
@@ -282,9 +300,10 @@ impl Experiment {
         let utilization = mean(out.gpu_busy_s.iter().map(|b| b / end));
         let ftfs: Vec<f64> = measured.iter().filter_map(|j| j.ftf).collect();
         let avg_jct_s = mean(jcts.iter().copied());
-        let forked = policy.starts_with("hadare");
+        // Forked jobs answer to the forked-job bound.
+        let forked = policy.forks;
         let summary = Summary {
-            policy: policy.to_string(),
+            policy: policy.name.to_string(),
             makespan_s,
             avg_jct_s,
             median_jct_s: quantile(&jcts, 0.5),
@@ -298,7 +317,6 @@ impl Experiment {
             jobs_measured: measured.len(),
             lower_bound_s: self.bounds.makespan_s,
             forked_lower_bound_s: self.bounds.forked_makespan_s,
-            // Forked jobs answer to the forked-job bound.
             makespan_over_bound: if forked {
                 self.bounds.forked_makespan_s
             } else {
@@ -377,6 +395,13 @@ impl Experiment {
             None => true,
         }
     }
+}
+
+/// The name a run is reported under, and whether its policy forks jobs.
+#[derive(Debug, Clone, Copy)]
+struct Named<'a> {
+    name: &'a str,
+    forks: bool,
 }
 
 fn measured_ids(settings: &SimSettings, n: usize) -> impl Iterator<Item = usize> {

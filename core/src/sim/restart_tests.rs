@@ -41,8 +41,8 @@ fn run(w: &Arc<Workload>, policy: PolicyKind, restart_cost_s: f64) -> RunResult 
 fn a_job_that_keeps_its_gpu_pays_its_first_start_only() {
     // 1,000 steps at 1 step/s over three 360 s rounds.
     let w = workload(1, 1000, 1, None);
-    let free = run(&w, PolicyKind::Hadar, 0.0);
-    let paid = run(&w, PolicyKind::Hadar, 60.0);
+    let free = run(&w, PolicyKind::HADAR, 0.0);
+    let paid = run(&w, PolicyKind::HADAR, 60.0);
     let (a, b) = (&free.jobs[0], &paid.jobs[0]);
     assert_eq!(a.jct_s, Some(1000.0));
     assert_eq!(b.jct_s, Some(1060.0), "{b:?}");
@@ -56,7 +56,7 @@ fn a_job_that_keeps_its_gpu_pays_its_first_start_only() {
 #[test]
 fn a_restart_longer_than_a_round_carries_into_the_next() {
     let w = workload(1, 1000, 1, None);
-    let r = run(&w, PolicyKind::Hadar, 500.0);
+    let r = run(&w, PolicyKind::HADAR, 500.0);
     assert_eq!(r.jobs[0].jct_s, Some(1500.0), "{:?}", r.jobs[0]);
     assert_eq!(r.jobs[0].starts, 1);
     assert_eq!(r.jobs[0].restart_gpu_s, 500.0);
@@ -65,7 +65,7 @@ fn a_restart_longer_than_a_round_carries_into_the_next() {
 #[test]
 fn a_job_of_its_own_cost_pays_it_over_the_runs() {
     let w = workload(1, 1000, 1, Some(30.0));
-    let r = run(&w, PolicyKind::Hadar, 60.0);
+    let r = run(&w, PolicyKind::HADAR, 60.0);
     assert_eq!(r.jobs[0].jct_s, Some(1030.0), "{:?}", r.jobs[0]);
 }
 
@@ -74,8 +74,8 @@ fn every_resume_is_charged() {
     // Three jobs take turns on two GPUs: each resume (and each move to
     // the other GPU) pays again.
     let w = workload(3, 2000, 2, None);
-    let free = run(&w, PolicyKind::MaxMinFairness, 0.0);
-    let paid = run(&w, PolicyKind::MaxMinFairness, 90.0);
+    let free = run(&w, PolicyKind::MAX_MIN_FAIRNESS, 0.0);
+    let paid = run(&w, PolicyKind::MAX_MIN_FAIRNESS, 90.0);
     for (a, b) in free.jobs.iter().zip(&paid.jobs) {
         assert!(b.starts >= 2, "{b:?}");
         // Charged once a start, in full (90 s < a round).
@@ -91,7 +91,7 @@ fn hadare_copies_restart_from_their_merge_every_round() {
     // One job alone on four GPUs: HadarE runs it as copies, averaged at
     // every round's end, so every copy of every round starts.
     let w = workload(1, 4000, 4, None);
-    let r = run(&w, PolicyKind::HadarE, 30.0);
+    let r = run(&w, PolicyKind::HADARE, 30.0);
     let j = &r.jobs[0];
     assert!(j.copy_rounds > 0, "{j:?}");
     assert_eq!(j.starts, j.task_rounds, "{j:?}");
@@ -134,7 +134,7 @@ fn plans_that_weigh_restarts_move_less_and_finish_sooner() {
         settings.scheduler.hadar.restart_aware = aware;
         Experiment::new(w.clone(), settings)
             .unwrap()
-            .run(PolicyKind::Hadar, &mut |_| {})
+            .run(PolicyKind::HADAR, &mut |_| {})
             .unwrap()
             .summary
     };
@@ -169,7 +169,7 @@ fn hadare(w: &Arc<Workload>, restart_cost_s: f64, aware: bool) -> Result<RunResu
         ..SimSettings::default()
     };
     settings.scheduler.hadar.restart_aware = aware;
-    Experiment::new(w.clone(), settings)?.run(PolicyKind::HadarE, &mut |_| {})
+    Experiment::new(w.clone(), settings)?.run(PolicyKind::HADARE, &mut |_| {})
 }
 
 /// A restart longer than a round: HadarE's copies, which restart every

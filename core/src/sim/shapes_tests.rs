@@ -95,7 +95,7 @@ fn alone_a_job_weighs_its_alternatives_speed_against_their_gpus() {
             vec![job(0, "x", 36_000, alts())],
             &[("x", "a100", 1, a100), ("x", "v100", 2, v100)],
         );
-        let r = run(&w, PolicyKind::Hadar, SimSettings::default()).unwrap();
+        let r = run(&w, PolicyKind::HADAR, SimSettings::default()).unwrap();
         let p = placements(&r, 0);
         assert_eq!((p[0].0.as_str(), p[0].1), want, "{a100} {v100}: {p:?}");
         // Every round at the gang of the type it ran on.
@@ -121,7 +121,7 @@ fn a_tie_goes_to_the_earlier_alternative() {
         );
         // Hadar's JCT planner (the makespan planner follows its fluid LP,
         // which may pick either; HadarE runs a copy on the other type).
-        let r = run(&w, PolicyKind::Hadar, SimSettings::default()).unwrap();
+        let r = run(&w, PolicyKind::HADAR, SimSettings::default()).unwrap();
         assert_eq!(types_used(&r, 0), vec![want.to_string()]);
     }
 }
@@ -150,7 +150,7 @@ fn with_the_a100s_taken_by_a_job_that_needs_them_it_takes_two_v100s() {
             },
             ..SimSettings::default()
         };
-        let r = run(&w, PolicyKind::Hadar, settings).unwrap();
+        let r = run(&w, PolicyKind::HADAR, settings).unwrap();
         assert_eq!(placements(&r, 1), vec![("a100".to_string(), 2)]);
         let x = placements(&r, 0);
         assert_eq!(x[0], ("v100".to_string(), 2), "{knowledge:?} {x:?}");
@@ -180,7 +180,7 @@ fn gpu_types_keep_jobs_on_their_types_under_every_policy() {
         rates.push((name, "v100", 1, 2.0));
     }
     let w = workload(jobs, &rates);
-    for policy in PolicyKind::ALL {
+    for policy in PolicyKind::builtin() {
         for knowledge in [ThroughputKnowledge::Oracle, ThroughputKnowledge::Measured] {
             let settings = SimSettings {
                 fork_model: ForkModel::constant(1.0),
@@ -225,7 +225,7 @@ fn alternatives_run_under_hadars_policies_and_gavels_refuse_them() {
         (0, "v100") | (1, "a100") => 2,
         _ => 0,
     };
-    for policy in PolicyKind::ALL {
+    for policy in PolicyKind::builtin() {
         for knowledge in [ThroughputKnowledge::Oracle, ThroughputKnowledge::Measured] {
             let settings = SimSettings {
                 fork_model: ForkModel::constant(1.0),
@@ -273,7 +273,7 @@ fn fork_false_keeps_a_job_out_of_hadares_copies() {
         let mut j = job(0, "x", 36_000, Vec::new());
         j.placement.fork = fork;
         let w = workload(vec![j], &[("x", "a100", 1, 10.0), ("x", "v100", 1, 10.0)]);
-        let r = run(&w, PolicyKind::HadarE, settings()).unwrap();
+        let r = run(&w, PolicyKind::HADARE, settings()).unwrap();
         let copies = r.jobs[0].copy_rounds;
         // GPUs at once: the spans of one start (HadarE's tasks start together).
         let most = r
@@ -326,7 +326,7 @@ fn a_type_no_job_accepts_needs_no_rates() {
         vec![job(0, "x", 3_600, vec![shape("a100", 1)])],
         &[("x", "a100", 1, 10.0)],
     );
-    let r = run(&w, PolicyKind::Hadar, SimSettings::default()).unwrap();
+    let r = run(&w, PolicyKind::HADAR, SimSettings::default()).unwrap();
     assert_eq!(types_used(&r, 0), vec!["a100".to_string()]);
     // A job that accepts every type still needs them all.
     let mut t = ThroughputTable::default();

@@ -322,8 +322,8 @@ mod tests {
         let sweep = Sweep::new(spec, cluster, table, settings).expect("sweep");
         let points = Sweep::points(
             &[
-                PolicyKind::MaxMinFairnessPerf,
-                PolicyKind::MaxMinFairnessPerf,
+                PolicyKind::MAX_MIN_FAIRNESS_PERF,
+                PolicyKind::MAX_MIN_FAIRNESS_PERF,
             ],
             &[0.1, 1.0, 0.1],
             &[3, 3],

@@ -17,7 +17,9 @@ use crate::error::Result;
 use crate::job::JobId;
 use crate::plan::Task;
 use crate::scheduler::gpus::GpuPicker;
-use crate::scheduler::{Decision, PolicyKind, RoundContext, Scheduler, SchedulerSettings};
+use crate::scheduler::{
+    Decision, Family, Policy, PolicyKind, RoundContext, Scheduler, SchedulerSettings,
+};
 use crate::workload::Workload;
 
 use policies::{
@@ -34,6 +36,151 @@ enum RateView {
     /// Every type as fast as the reference (first) type.
     Reference,
 }
+
+/// How one of Gavel's policies differs from the others: its allocation
+/// LP, how it sees rates, whether it shuffles the type order each round
+/// (Gavel does for the type-agnostic policies) and whether it is FIFO.
+#[derive(Debug, Clone, Copy)]
+struct Variant {
+    allocation: fn(&SchedulerSettings) -> Box<dyn AllocationPolicy>,
+    view: RateView,
+    shuffled: bool,
+    fifo: bool,
+}
+
+/// A [`Policy`] entry for one of Gavel's policies (the name, aliases and
+/// line for `hadar policies`; its variant builds the scheduler).
+macro_rules! gavel_policy {
+    ($name:literal, $aliases:expr, $about:expr, $variant:expr) => {
+        Policy {
+            name: $name,
+            aliases: $aliases,
+            about: $about,
+            family: Family::Gavel,
+            forks: false,
+            build: |kind, w, s| Ok(Box::new(GavelScheduler::new(kind, &$variant, w, s)?)),
+        }
+    };
+}
+
+fn max_min_fairness(s: &SchedulerSettings) -> Box<dyn AllocationPolicy> {
+    Box::new(MaxMinFairness { solver: s.solver })
+}
+
+fn min_total_duration(s: &SchedulerSettings) -> Box<dyn AllocationPolicy> {
+    Box::new(MinTotalDuration { solver: s.solver })
+}
+
+fn finish_time_fairness(s: &SchedulerSettings) -> Box<dyn AllocationPolicy> {
+    Box::new(FinishTimeFairness::new(s.solver))
+}
+
+/// Gavel's heterogeneity-aware max-min fairness (LAS).
+pub const MAX_MIN_FAIRNESS_PERF: Policy = gavel_policy!(
+    "max_min_fairness_perf",
+    &["las_perf", "gavel"],
+    "Gavel's heterogeneity-aware max-min fairness (LAS): maximize the least normalized \
+     throughput",
+    Variant {
+        allocation: max_min_fairness,
+        view: RateView::Perf,
+        shuffled: false,
+        fifo: false,
+    }
+);
+
+/// Gavel's type-agnostic max-min fairness.
+pub const MAX_MIN_FAIRNESS: Policy = gavel_policy!(
+    "max_min_fairness",
+    &["las"],
+    "type-agnostic max-min fairness: equal GPU time, types ignored",
+    Variant {
+        allocation: max_min_fairness,
+        view: RateView::Ones,
+        shuffled: true,
+        fifo: false,
+    }
+);
+
+/// Gavel's heterogeneity-aware makespan minimization.
+pub const MIN_TOTAL_DURATION_PERF: Policy = gavel_policy!(
+    "min_total_duration_perf",
+    &["makespan_perf"],
+    "Gavel's makespan policy: the smallest horizon every job can finish in",
+    Variant {
+        allocation: min_total_duration,
+        view: RateView::Perf,
+        shuffled: false,
+        fifo: false,
+    }
+);
+
+/// Gavel's type-agnostic makespan minimization.
+pub const MIN_TOTAL_DURATION: Policy = gavel_policy!(
+    "min_total_duration",
+    &["makespan"],
+    "type-agnostic makespan policy (every type as fast as the first)",
+    Variant {
+        allocation: min_total_duration,
+        view: RateView::Reference,
+        shuffled: true,
+        fifo: false,
+    }
+);
+
+/// Gavel's heterogeneity-aware finish-time fairness (Themis-like).
+pub const FINISH_TIME_FAIRNESS_PERF: Policy = gavel_policy!(
+    "finish_time_fairness_perf",
+    &["themis_perf"],
+    "Gavel's finish-time fairness: minimize the largest slowdown over an equal share",
+    Variant {
+        allocation: finish_time_fairness,
+        view: RateView::Perf,
+        shuffled: false,
+        fifo: false,
+    }
+);
+
+/// Gavel's type-agnostic finish-time fairness.
+pub const FINISH_TIME_FAIRNESS: Policy = gavel_policy!(
+    "finish_time_fairness",
+    &["themis"],
+    "type-agnostic finish-time fairness",
+    Variant {
+        allocation: finish_time_fairness,
+        view: RateView::Reference,
+        shuffled: true,
+        fifo: false,
+    }
+);
+
+/// First come, first served, fastest free type.
+pub const FIFO_PERF: Policy = gavel_policy!(
+    "fifo_perf",
+    &[],
+    "first come, first served on the fastest free GPU type, no preemption",
+    Variant {
+        allocation: |s| Box::new(Fifo::new(true, s.seed)),
+        view: RateView::Perf,
+        shuffled: false,
+        fifo: true,
+    }
+);
+
+/// First come, first served, random type.
+pub const FIFO: Policy = gavel_policy!(
+    "fifo",
+    &[],
+    "first come, first served on a random GPU type, no preemption",
+    Variant {
+        allocation: |s| Box::new(Fifo::new(false, s.seed)),
+        // FIFO ignores rate magnitudes when it draws a type, but must see
+        // which types a job cannot run on at all.
+        view: RateView::Perf,
+        shuffled: true,
+        fifo: true,
+    }
+);
 
 /// A Gavel-style scheduler.
 pub struct GavelScheduler {
@@ -70,9 +217,11 @@ impl std::fmt::Debug for GavelScheduler {
 }
 
 impl GavelScheduler {
-    /// A scheduler for `kind` over `workload`.
-    pub fn new(
+    /// A scheduler for `kind` (one of Gavel's policies, `variant`) over
+    /// `workload`.
+    fn new(
         kind: PolicyKind,
+        variant: &Variant,
         workload: &Workload,
         settings: &SchedulerSettings,
     ) -> Result<Self> {
@@ -82,37 +231,8 @@ impl GavelScheduler {
                 "must be a number of seconds >= 0",
             ));
         }
-        let solver = settings.solver;
-        let (policy, view): (Box<dyn AllocationPolicy>, RateView) = match kind {
-            PolicyKind::MaxMinFairnessPerf => (Box::new(MaxMinFairness { solver }), RateView::Perf),
-            PolicyKind::MaxMinFairness => (Box::new(MaxMinFairness { solver }), RateView::Ones),
-            PolicyKind::MinTotalDurationPerf => {
-                (Box::new(MinTotalDuration { solver }), RateView::Perf)
-            }
-            PolicyKind::MinTotalDuration => {
-                (Box::new(MinTotalDuration { solver }), RateView::Reference)
-            }
-            PolicyKind::FinishTimeFairnessPerf => {
-                (Box::new(FinishTimeFairness::new(solver)), RateView::Perf)
-            }
-            PolicyKind::FinishTimeFairness => (
-                Box::new(FinishTimeFairness::new(solver)),
-                RateView::Reference,
-            ),
-            PolicyKind::FifoPerf => (Box::new(Fifo::new(true, settings.seed)), RateView::Perf),
-            // FIFO ignores rate magnitudes when it draws a type, but must see
-            // which types a job cannot run on at all.
-            PolicyKind::Fifo => (Box::new(Fifo::new(false, settings.seed)), RateView::Perf),
-            PolicyKind::Hadar
-            | PolicyKind::HadarMakespan
-            | PolicyKind::HadarE
-            | PolicyKind::HadarEMakespan => {
-                return Err(crate::Error::setting(
-                    "policy",
-                    format!("{kind} is not a Gavel policy"),
-                ))
-            }
-        };
+        let policy = (variant.allocation)(settings);
+        let view = variant.view;
         refuse_alternatives(kind, workload)?;
         let n = workload.jobs().len();
         let k = workload.cluster().gpu_types().len();
@@ -123,14 +243,8 @@ impl GavelScheduler {
             // A stream of its own, so that the type order does not depend on other draws.
             shuffle: ChaCha8Rng::seed_from_u64(settings.seed.wrapping_add(5)),
             // Gavel shuffles the type order every round for the type-agnostic policies.
-            fixed_order: !matches!(
-                kind,
-                PolicyKind::MaxMinFairness
-                    | PolicyKind::MinTotalDuration
-                    | PolicyKind::FinishTimeFairness
-                    | PolicyKind::Fifo
-            ),
-            fifo: matches!(kind, PolicyKind::FifoPerf | PolicyKind::Fifo),
+            fixed_order: !variant.shuffled,
+            fifo: variant.fifo,
             realloc_interval_s: settings.realloc_interval_s,
             k,
             allocation: vec![0.0; n * k],

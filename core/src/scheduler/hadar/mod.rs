@@ -32,7 +32,9 @@ use crate::error::{Error, Result};
 use crate::fork_model::ForkCurves;
 use crate::job::JobId;
 use crate::scheduler::gpus::GpuPicker;
-use crate::scheduler::{Decision, RoundContext, Scheduler};
+use crate::scheduler::{
+    Decision, Family, Policy, PolicyKind, RoundContext, Scheduler, SchedulerSettings,
+};
 use crate::workload::Workload;
 
 use subroutine::Scratch;
@@ -41,6 +43,64 @@ pub use explain::{Explanation, Outcome};
 pub use order::JobOrder;
 pub use settings::HadarSettings;
 pub use utility::Utility;
+
+/// Hadar aimed at average JCT.
+pub const HADAR: Policy = Policy {
+    name: "hadar",
+    aliases: &["hadar:jct"],
+    about: "Hadar (online primal-dual, task-level heterogeneity), utility aimed at average JCT",
+    family: Family::Hadar,
+    forks: false,
+    build: |kind, w, s| build(kind, w, s, Utility::Jct, false),
+};
+
+/// Hadar aimed at makespan.
+pub const HADAR_MAKESPAN: Policy = Policy {
+    name: "hadar:makespan",
+    aliases: &[],
+    about: "Hadar with the makespan utility (total time duration)",
+    family: Family::Hadar,
+    forks: false,
+    build: |kind, w, s| build(kind, w, s, Utility::Makespan, false),
+};
+
+/// HadarE: Hadar plus forked copies.
+pub const HADARE: Policy = Policy {
+    name: "hadare",
+    aliases: &["hadare:jct"],
+    about: "HadarE: Hadar plus copies of jobs on nodes it would leave idle (a copy a node), \
+            averaged each round",
+    family: Family::Hadar,
+    forks: true,
+    build: |kind, w, s| build(kind, w, s, Utility::Jct, true),
+};
+
+/// HadarE aimed at makespan.
+pub const HADARE_MAKESPAN: Policy = Policy {
+    name: "hadare:makespan",
+    aliases: &[],
+    about: "HadarE with the makespan utility",
+    family: Family::Hadar,
+    forks: true,
+    build: |kind, w, s| build(kind, w, s, Utility::Makespan, true),
+};
+
+/// A Hadar scheduler with the run's settings, its utility and forking set
+/// by the policy.
+fn build(
+    kind: PolicyKind,
+    workload: &Workload,
+    settings: &SchedulerSettings,
+    utility: Utility,
+    fork: bool,
+) -> Result<Box<dyn Scheduler>> {
+    let s = HadarSettings {
+        utility,
+        fork,
+        ..settings.hadar.clone()
+    };
+    Ok(Box::new(HadarScheduler::new(kind.name(), workload, s)?))
+}
 
 /// The Hadar scheduler.
 #[derive(Debug)]
