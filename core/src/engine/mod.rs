@@ -9,26 +9,23 @@
 //! last saved round left it.
 
 pub(crate) mod check;
+mod rounds;
 mod view;
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub use view::SchedulerFactory;
 
-use crate::cluster::GpuId;
 use crate::error::{Error, Result};
 use crate::executor::RoundExecutor;
 use crate::job::JobId;
-use crate::knowledge::{Knowledge, KnowledgeReport, KnowledgeSettings};
+use crate::knowledge::{KnowledgeReport, KnowledgeSettings};
 use crate::metrics::{DecisionRecord, GpuSpan, RoundRecord};
 use crate::plan::RoundPlan;
 use crate::report::RoundReport;
-use crate::scheduler::RoundContext;
 use crate::state::{JobsState, LoopState, Phase};
 use crate::workload::Workload;
-use view::View;
+use rounds::Rounds;
 
 /// Rounds in a row with nothing to run and nothing arriving before the loop
 /// gives up (a job that fits nowhere, for instance).
@@ -118,13 +115,6 @@ pub async fn run_rounds(
         ));
     }
     let workload = lp.workload;
-    let jobs = workload.jobs();
-    let n = jobs.len();
-    let measured = |j: usize| match settings.window {
-        Some((a, b)) => (a as usize..b as usize).contains(&j),
-        None => true,
-    };
-    let total = (0..n).filter(|&j| measured(j)).count();
     let caps = lp.executor.capabilities();
     let mut st = match resume {
         Some(s) if s.fits(workload) => s,
@@ -144,178 +134,41 @@ pub async fn run_rounds(
         check::affordable(workload, settings.round_s)?;
     }
     settings.knowledge.check()?;
-    // The simulator's table is the truth its estimates are followed against.
-    let mut know = Knowledge::new(
-        &settings.knowledge,
-        workload,
-        &mut st.knowledge,
-        caps.virtual_time,
-    );
-    st.now_s = lp.executor.idle_until(st.now_s).await?;
-    let estimated = |know: &Option<Knowledge>, st: &LoopState| {
-        Some(
-            know.as_ref()?
-                .view_table(workload, &st.knowledge.as_ref()?.model),
-        )
-    };
-    let mut view = View::build(workload, &st.gone, estimated(&know, &st), lp.scheduler)?;
-    // Restart costs the executor measured (a real run), for the policy.
-    let mut restarts: Vec<(JobId, f64)> = Vec::new();
-    // Simulated rounds in a row whose tasks all made no progress.
-    let mut fruitless = 0u32;
-    let mut arrived: Vec<JobId> = Vec::new();
-    let mut completed: Vec<JobId> = Vec::new();
-    // The explained job's lines so far, and how many of the present
-    // scheduler's are among them (a rebuilt scheduler starts with none).
-    let mut said: Vec<String> = Vec::new();
-    let mut seen = 0;
-    let mut last: Option<RoundReport> = None;
-    // Tasks of the last round (job, copy, GPUs): a task kept into the next
-    // round ran it whole, so its progress measures its rate.
-    let mut previous: HashSet<(JobId, u32, Vec<GpuId>)> = HashSet::new();
+    let mut rounds = Rounds::start(lp, &mut st).await?;
+    let jobs = workload.jobs();
     loop {
-        admit(&mut st, jobs, &mut arrived);
-        if st.done == total {
+        admit(&mut st, jobs, &mut rounds.arrived);
+        if st.done == rounds.total {
             break;
         }
         if st.jobs.active.is_empty() {
-            if st.admitted == n {
+            if st.admitted == jobs.len() {
                 break;
             }
-            st.now_s = lp.executor.idle_until(jobs[st.admitted].arrival_s).await?;
-            last = None;
+            st.now_s = rounds
+                .lp
+                .executor
+                .idle_until(jobs[st.admitted].arrival_s)
+                .await?;
+            rounds.last = None;
             continue;
         }
-        let now = st.now_s;
-        if let (Some(k), Some(ks)) = (&know, st.knowledge.as_mut()) {
-            k.track(ks, workload, &st.jobs.active, st.round);
-        }
-        let ctx = RoundContext {
-            workload: &view.workload,
-            state: &st.jobs,
-            now_s: now,
-            round: st.round,
-            round_s: settings.round_s,
-            arrived: &arrived,
-            completed: &completed,
-            last_round: last.as_ref(),
-        };
-        let started = Instant::now();
-        let decision = view.scheduler.plan(&ctx)?;
-        if decision.solved {
-            st.decisions.push(DecisionRecord {
-                sim_time_s: now,
-                active_jobs: st.jobs.active.len() as u32,
-                seconds: started.elapsed().as_secs_f64(),
-            });
-        }
-        arrived.clear();
-        completed.clear();
-        let mut plan = RoundPlan {
-            index: st.round,
-            start_s: now,
-            length_s: settings.round_s,
-            tasks: decision.tasks,
-        };
-        view.to_full(&mut plan.tasks);
-        // A task that spans nodes runs only on an executor that can run
-        // one so, and only for a job whose task is a process per rank.
-        check::place_on_one_node(workload, &st.gone, &mut plan, caps.multi_node);
-        let partners = check::check_plan(workload, &plan, caps.share_gpus, view.scheduler.name())?;
-        if let (Some(k), Some(ks)) = (know.as_mut(), st.knowledge.as_ref()) {
-            k.mark(&plan, &partners, &ks.model, workload);
-        }
-        if let Some(j) = settings.explain {
-            let lines = view.scheduler.explanations();
-            said.extend(lines.iter().skip(seen).cloned());
-            seen = lines.len();
-            if let Some(k) = &know {
-                if st.jobs.active.contains(&j) {
-                    said.push(k.explain(j, &plan, workload));
-                }
-            }
-        }
-        let report = lp.executor.run_round(&plan, &st.jobs).await?;
-        st.round += 1;
-        let newly = apply(&mut st, workload, &plan, &report, &partners, &measured);
-        completed.extend(newly);
-        let mut remodel = !report.lost_nodes.is_empty();
-        for node in &report.lost_nodes {
-            if !st.gone.contains(node) {
-                st.gone.push(node.clone());
-            }
-        }
-        if let (Some(k), Some(ks)) = (know.as_mut(), st.knowledge.as_mut()) {
-            let kept = |i: usize| {
-                let t = &plan.tasks[i];
-                previous.contains(&(t.job, t.copy, t.gpus.clone()))
-            };
-            let fresh = caps.virtual_time;
-            remodel |= k.learn(ks, workload, &plan, &report, &partners, &kept, fresh);
-        }
-        previous = plan
-            .tasks
-            .iter()
-            .map(|t| (t.job, t.copy, t.gpus.clone()))
-            .collect();
-        st.warnings.extend(report.warnings.iter().cloned());
-        // Tasks that restart every round for longer than a round never
-        // progress (a policy blind to restart costs): said, not run forever.
-        if caps.virtual_time && !plan.tasks.is_empty() {
-            // (A task serving a restart carried from an earlier round is
-            // on its way: not counted.)
-            let on_the_way =
-                |t: &crate::report::TaskReport| t.steps > 0 || (!t.started && t.restart_s > 0.0);
-            fruitless = if report.tasks.iter().any(on_the_way) {
-                0
-            } else {
-                fruitless + 1
-            };
-            if fruitless > MAX_IDLE_ROUNDS {
-                return Err(check::no_progress(workload, &plan, MAX_IDLE_ROUNDS));
-            }
-        }
-        if !report.restarts.is_empty() && report.restarts != restarts {
-            restarts.clone_from(&report.restarts);
-            view.scheduler.learn_restarts(&restarts);
-        }
-        if plan.tasks.is_empty() {
-            st.idle_rounds += 1;
-            if st.idle_rounds > MAX_IDLE_ROUNDS {
-                return Err(check::stalled(workload, &st.jobs.active, MAX_IDLE_ROUNDS));
-            }
-            // Nothing ran: jump to the next arrival, or wait a round.
-            let next = jobs.get(st.admitted).map(|j| j.arrival_s);
-            let target = match next {
-                Some(a) if a > now => a,
-                _ => now + settings.round_s,
-            };
-            st.now_s = lp.executor.idle_until(target).await?;
-            last = None;
-        } else {
-            st.idle_rounds = 0;
-            st.now_s = report.end_s;
-            last = Some(report);
-        }
+        let (plan, partners) = rounds.plan(&mut st)?;
+        let report = rounds.lp.executor.run_round(&plan, &st.jobs).await?;
+        let remodel = rounds.absorb(&mut st, &plan, &report, &partners)?;
+        rounds.advance(&mut st, &plan, report).await?;
         if remodel {
-            seen = 0;
-            view = View::build(workload, &st.gone, estimated(&know, &st), lp.scheduler)?;
-            view.scheduler.learn_restarts(&restarts);
-            last = None;
+            rounds.remodel(&st)?;
         }
-        lp.executor.save(&st)?;
+        rounds.lp.executor.save(&st)?;
         progress(Progress {
             now_s: st.now_s,
             done: st.done,
-            total,
+            total: rounds.total,
         });
     }
-    let report = match (&know, &st.knowledge) {
-        (Some(k), Some(ks)) => Some(k.report(ks, workload)),
-        _ => None,
-    };
-    said.extend(view.scheduler.explanations().into_iter().skip(seen));
-    Ok(finish(st, said, report))
+    let (explanations, knowledge) = rounds.finish(&st);
+    Ok(finish(st, explanations, knowledge))
 }
 
 /// Admits the jobs that have arrived by now.
@@ -498,7 +351,7 @@ mod tests {
     use crate::executor::Capabilities;
     use crate::job::Job;
     use crate::plan::{MixedRate, Task};
-    use crate::scheduler::{Decision, Scheduler};
+    use crate::scheduler::{Decision, RoundContext, Scheduler};
     use crate::sim::SimBackend;
     use crate::throughput::ThroughputTable;
 

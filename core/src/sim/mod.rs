@@ -261,11 +261,27 @@ impl Experiment {
     }
 
     fn result(&self, policy: Named<'_>, out: LoopOutcome, wall_s: f64) -> RunResult {
+        let cluster = self.workload.cluster();
+        let jobs = self.job_records(&out);
+        let summary = self.summary(policy, &jobs, &out, wall_s);
+        RunResult {
+            summary,
+            gpu_types: cluster.gpu_types().to_vec(),
+            gpus_per_type: cluster.gpus_per_type(),
+            gpu_type_of: cluster.gpus().iter().map(|g| g.gpu_type.0).collect(),
+            jobs,
+            rounds: out.rounds,
+            spans: out.spans,
+            decisions: out.decisions,
+            explanations: Vec::new(),
+        }
+    }
+
+    /// Each job's record of the run.
+    fn job_records(&self, out: &LoopOutcome) -> Vec<JobRecord> {
         let w = &*self.workload;
-        let cluster = w.cluster();
-        let ftf = FtfModel::new(&out, w);
-        let jobs: Vec<JobRecord> = w
-            .jobs()
+        let ftf = FtfModel::new(out, w);
+        w.jobs()
             .iter()
             .zip(&out.state.jobs)
             .map(|(job, s)| {
@@ -288,7 +304,17 @@ impl Experiment {
                     measured: self.is_measured(job.id.index()),
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    /// The run's figures over its measured jobs (Gavel's definitions).
+    fn summary(
+        &self,
+        policy: Named<'_>,
+        jobs: &[JobRecord],
+        out: &LoopOutcome,
+        wall_s: f64,
+    ) -> Summary {
         let measured: Vec<&JobRecord> = jobs.iter().filter(|j| j.measured).collect();
         let mut jcts: Vec<f64> = measured.iter().filter_map(|j| j.jct_s).collect();
         jcts.sort_by(f64::total_cmp);
@@ -302,7 +328,7 @@ impl Experiment {
         let avg_jct_s = mean(jcts.iter().copied());
         // Forked jobs answer to the forked-job bound.
         let forked = policy.forks;
-        let summary = Summary {
+        Summary {
             policy: policy.name.to_string(),
             makespan_s,
             avg_jct_s,
@@ -350,17 +376,6 @@ impl Experiment {
                 w
             },
             knowledge: None,
-        };
-        RunResult {
-            summary,
-            gpu_types: cluster.gpu_types().to_vec(),
-            gpus_per_type: cluster.gpus_per_type(),
-            gpu_type_of: cluster.gpus().iter().map(|g| g.gpu_type.0).collect(),
-            jobs,
-            rounds: out.rounds,
-            spans: out.spans,
-            decisions: out.decisions,
-            explanations: Vec::new(),
         }
     }
 
