@@ -16,6 +16,7 @@ pub mod control;
 mod executor;
 pub mod history;
 pub mod jobs;
+pub mod layers;
 mod logs;
 pub mod parallel;
 pub mod rates;
@@ -39,6 +40,7 @@ use serde::Serialize;
 
 pub use control::{is_running, request_stop};
 pub use jobs::RunJob;
+pub use layers::Layers;
 pub use state::{load_state, save_state, state_path, RunState};
 
 use executor::RealRounds;
@@ -255,6 +257,43 @@ pub struct RunConfig {
     /// sees them this much faster, so a job is tried where it might be
     /// faster (`--exploration-bonus`; 1.0 by measurement, docs/knowledge.md).
     pub exploration_bonus: f64,
+    /// The layers the backend runs in ([`run`] puts it in them).
+    pub layers: Layers,
+}
+
+/// Round length of a real run unless set (s): short, so that a run on a
+/// workstation shows its rounds; a cluster's runs set minutes.
+pub const DEFAULT_ROUND_S: f64 = 10.0;
+
+impl RunConfig {
+    /// A run of `jobs` on `cluster` under `policy`, its state in
+    /// `state_dir`, with the defaults `hadar run` has: the scheduler's
+    /// default settings, [`DEFAULT_ROUND_S`] rounds, tasks stopped with
+    /// SIGTERM and 10 s of grace, progress read every 250 ms, task directories under
+    /// `state_dir`, hung tasks judged by their own report gaps, the
+    /// measured exploration bonus, and the standard [`Layers`].
+    pub fn new(
+        cluster: Arc<Cluster>,
+        jobs: Vec<RunJob>,
+        policy: PolicyKind,
+        state_dir: impl Into<PathBuf>,
+    ) -> Self {
+        Self {
+            cluster,
+            jobs,
+            policy,
+            scheduler: SchedulerSettings::default(),
+            round_s: DEFAULT_ROUND_S,
+            state_dir: state_dir.into(),
+            stop: StopPolicy::default(),
+            poll: Duration::from_millis(250),
+            remote_dir: None,
+            custom_scheduler: None,
+            guards: Guards::default(),
+            exploration_bonus: KnowledgeSettings::default().exploration_bonus,
+            layers: Layers::default(),
+        }
+    }
 }
 
 /// What keeps a run from hanging or losing work, beyond its plan.
@@ -465,6 +504,7 @@ pub async fn run(
     backend: Arc<dyn Backend>,
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> Result<RunReport, RunError> {
+    let backend = config.layers.wrap(backend, &config.cluster);
     let mut config = config.clone();
     check_remote_dir(&config)?;
     // Every path handed to a task is absolute: tasks run in directories of

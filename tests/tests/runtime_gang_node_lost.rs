@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hadar_backend::{Signal, StopPolicy};
 use hadar_core::cluster::Cluster;
-use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
+use hadar_core::scheduler::PolicyKind;
 use hadar_runtime::jobs::parse_jobs;
 use hadar_runtime::{load_state, run, RunConfig};
 use hadar_tests::conformance::local_trainer;
@@ -82,18 +82,16 @@ async fn a_node_lost_under_one_rank_stops_the_gang_and_the_job_finishes_elsewher
          env = {{ HADAR_TRAINER_ITER_US = \"300\", HADAR_TRAINER_PEER_TIMEOUT_S = \"60\" }}\n"
     );
     let config = RunConfig {
-        cluster: Arc::new(Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster")),
-        jobs: parse_jobs(&jobs, "jobs.toml").expect("jobs"),
-        policy: PolicyKind::HADAR,
-        scheduler: SchedulerSettings::default(),
         round_s: 1.0,
-        state_dir: dir.path().to_path_buf(),
         stop: StopPolicy::new(Signal::Term, 3.0).expect("grace"),
         poll: Duration::from_millis(200),
         remote_dir: Some(remote.path().to_path_buf()),
-        custom_scheduler: None,
-        guards: hadar_runtime::Guards::default(),
-        exploration_bonus: 1.0,
+        ..RunConfig::new(
+            Arc::new(Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster")),
+            parse_jobs(&jobs, "jobs.toml").expect("jobs"),
+            PolicyKind::HADAR,
+            dir.path().to_path_buf(),
+        )
     };
     let b = Arc::new(ssh_hosts::backend(Duration::from_secs(2)));
     let handle = std::thread::spawn(move || {

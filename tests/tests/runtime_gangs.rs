@@ -12,7 +12,7 @@ use hadar_backend::{Backend, Signal, StopPolicy};
 use hadar_backend_local::LocalBackend;
 use hadar_backend_slurm::{ExpectedNode, SlurmBackend};
 use hadar_core::cluster::Cluster;
-use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
+use hadar_core::scheduler::PolicyKind;
 use hadar_runtime::jobs::parse_jobs;
 use hadar_runtime::{run, RunConfig, RunError};
 use hadar_tests::conformance::local_trainer;
@@ -81,18 +81,15 @@ fn config(dir: &std::path::Path, jobs: &str) -> RunConfig {
 
 fn config_on(cluster: &str, dir: &std::path::Path, jobs: &str) -> RunConfig {
     RunConfig {
-        cluster: Arc::new(Cluster::from_toml_str(cluster, "cluster.toml").expect("cluster")),
-        jobs: parse_jobs(jobs, "jobs.toml").expect("jobs"),
-        policy: PolicyKind::HADAR,
-        scheduler: SchedulerSettings::default(),
         round_s: 2.0,
-        state_dir: dir.to_path_buf(),
         stop: StopPolicy::new(Signal::Term, 10.0).expect("grace"),
         poll: Duration::from_millis(100),
-        remote_dir: None,
-        custom_scheduler: None,
-        guards: hadar_runtime::Guards::default(),
-        exploration_bonus: 1.0,
+        ..RunConfig::new(
+            Arc::new(Cluster::from_toml_str(cluster, "cluster.toml").expect("cluster")),
+            parse_jobs(jobs, "jobs.toml").expect("jobs"),
+            PolicyKind::HADAR,
+            dir.to_path_buf(),
+        )
     }
 }
 

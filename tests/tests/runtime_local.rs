@@ -9,7 +9,7 @@ use hadar_backend_local::LocalBackend;
 use hadar_core::cluster::{Cluster, GpuId};
 use hadar_core::job::JobId;
 use hadar_core::plan::Task;
-use hadar_core::scheduler::{Decision, PolicyKind, RoundContext, Scheduler, SchedulerSettings};
+use hadar_core::scheduler::{Decision, PolicyKind, RoundContext, Scheduler};
 use hadar_runtime::jobs::parse_jobs;
 use hadar_runtime::{load_state, run, CustomScheduler, RunConfig, RunError};
 use hadar_tests::conformance::local_trainer;
@@ -58,18 +58,15 @@ fn measured_rates(dir: &std::path::Path) -> Vec<(String, String, f64, u64)> {
 
 fn config(policy: PolicyKind, dir: &std::path::Path, iterations: u64) -> RunConfig {
     RunConfig {
-        cluster: Arc::new(Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster")),
-        jobs: parse_jobs(&jobs_toml(iterations), "jobs.toml").expect("jobs"),
-        policy,
-        scheduler: SchedulerSettings::default(),
         round_s: 1.0,
-        state_dir: dir.to_path_buf(),
         stop: StopPolicy::new(hadar_backend::Signal::Term, 5.0).expect("grace"),
         poll: Duration::from_millis(100),
-        remote_dir: None,
-        custom_scheduler: None,
-        guards: hadar_runtime::Guards::default(),
-        exploration_bonus: 1.0,
+        ..RunConfig::new(
+            Arc::new(Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster")),
+            parse_jobs(&jobs_toml(iterations), "jobs.toml").expect("jobs"),
+            policy,
+            dir.to_path_buf(),
+        )
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use hadar_backend::{Backend, Signal, StopPolicy};
 use hadar_backend_slurm::{SlurmBackend, SlurmOptions};
 use hadar_core::cluster::Cluster;
-use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
+use hadar_core::scheduler::PolicyKind;
 use hadar_runtime::jobs::parse_jobs;
 use hadar_runtime::{load_state, run, RunConfig};
 use hadar_tests::conformance::local_trainer;
@@ -87,18 +87,16 @@ fn six_jobs(iterations: u64) -> String {
 
 fn run_config(policy: PolicyKind, iterations: u64, dir: &Path, remote: &Path) -> RunConfig {
     RunConfig {
-        cluster: Arc::new(cluster()),
-        jobs: parse_jobs(&six_jobs(iterations), "jobs.toml").expect("jobs"),
-        policy,
-        scheduler: SchedulerSettings::default(),
         round_s: 1.0,
-        state_dir: dir.to_path_buf(),
         stop: StopPolicy::new(Signal::Term, 3.0).expect("grace"),
         poll: Duration::from_millis(200),
         remote_dir: Some(remote.to_path_buf()),
-        custom_scheduler: None,
-        guards: hadar_runtime::Guards::default(),
-        exploration_bonus: 1.0,
+        ..RunConfig::new(
+            Arc::new(cluster()),
+            parse_jobs(&six_jobs(iterations), "jobs.toml").expect("jobs"),
+            policy,
+            dir.to_path_buf(),
+        )
     }
 }
 

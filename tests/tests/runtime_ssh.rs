@@ -10,7 +10,7 @@ use std::time::Duration;
 use hadar_backend::{Backend, Signal, StopPolicy};
 use hadar_backend_ssh::{SshBackend, SshHost, SshOptions};
 use hadar_core::cluster::Cluster;
-use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
+use hadar_core::scheduler::PolicyKind;
 use hadar_runtime::jobs::parse_jobs;
 use hadar_runtime::{load_state, run, RunConfig};
 use hadar_tests::conformance::local_trainer;
@@ -96,18 +96,16 @@ fn run_config(
     remote: &std::path::Path,
 ) -> RunConfig {
     RunConfig {
-        cluster: Arc::new(cluster),
-        jobs: parse_jobs(&six_jobs(), "jobs.toml").expect("jobs"),
-        policy,
-        scheduler: SchedulerSettings::default(),
         round_s: 1.0,
-        state_dir: dir.to_path_buf(),
         stop: StopPolicy::new(Signal::Term, 3.0).expect("grace"),
         poll: Duration::from_millis(200),
         remote_dir: Some(remote.to_path_buf()),
-        custom_scheduler: None,
-        guards: hadar_runtime::Guards::default(),
-        exploration_bonus: 1.0,
+        ..RunConfig::new(
+            Arc::new(cluster),
+            parse_jobs(&six_jobs(), "jobs.toml").expect("jobs"),
+            policy,
+            dir.to_path_buf(),
+        )
     }
 }
 

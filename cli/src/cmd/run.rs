@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use hadar_backend::layers::{Fault, FaultPlan, Retry, Timeout};
 use hadar_backend::registry::BackendInputs;
 use hadar_backend::{Backend, Signal, StopPolicy};
 use hadar_core::cluster::Cluster;
 use hadar_core::error::read_to_string;
-use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
+use hadar_core::scheduler::PolicyKind;
 use hadar_runtime::{
     jobs::read_jobs, load_state, run as run_jobs, Event, Guards, RunConfig, RunReport,
 };
@@ -58,7 +57,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "hadar")]
     pub policy: String,
     /// Round length in seconds.
-    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    #[arg(long, default_value_t = hadar_runtime::DEFAULT_ROUND_S, value_name = "S")]
     pub round_seconds: f64,
     /// Directory for the run's state, logs and checkpoints.
     #[arg(long, default_value = "hadar-run", value_name = "DIR")]
@@ -271,13 +270,7 @@ fn backend(args: &RunArgs, cluster: &Cluster, text: &str) -> Result<Arc<dyn Back
         table,
         base_dir: base,
     };
-    let mut b = registry.build(&args.backend, &inputs)?;
-    if let Some(seed) = args.inject_faults {
-        let nodes: Vec<String> = cluster.nodes().iter().map(|n| n.name.clone()).collect();
-        b = Arc::new(Fault::new(b, FaultPlan::from_seed(seed, &nodes)));
-    }
-    let b: Arc<dyn Backend> = Arc::new(Timeout::new(b, Duration::from_secs(120)));
-    Ok(Arc::new(Retry::new(b, 4, Duration::from_millis(200))))
+    Ok(registry.build(&args.backend, &inputs)?)
 }
 
 /// Runs `hadar run`.
@@ -356,20 +349,13 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         interrupt,
         fresh: args.fresh,
     };
-    let config = RunConfig {
-        cluster,
-        jobs,
-        policy,
-        scheduler: SchedulerSettings::default(),
-        round_s: args.round_seconds,
-        state_dir: args.state.clone(),
-        stop,
-        poll: Duration::from_millis(250),
-        remote_dir: args.remote_dir.clone(),
-        custom_scheduler: None,
-        guards,
-        exploration_bonus: args.exploration_bonus,
-    };
+    let mut config = RunConfig::new(cluster, jobs, policy, args.state.clone());
+    config.round_s = args.round_seconds;
+    config.stop = stop;
+    config.remote_dir.clone_from(&args.remote_dir);
+    config.guards = guards;
+    config.exploration_bonus = args.exploration_bonus;
+    config.layers.faults = args.inject_faults;
     let bars = Bars::new(!args.json);
     let job_bars: Vec<ProgressBar> = config
         .jobs
