@@ -1,5 +1,6 @@
 //! `hadar run` and `hadar status`: real runs.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -217,9 +218,8 @@ fn check_program_here(job: &str, program: &str, path: Option<&String>) -> Result
     )))
 }
 
-/// The backend the user named, built from the cluster file, in its layers:
-/// every call bounded in time, calls that failed without effect retried,
-/// and faults injected when asked.
+/// The backend the user named, built from the cluster file (the run puts
+/// it in its layers: `RunConfig::layers`).
 fn backend(args: &RunArgs, cluster: &Cluster, text: &str) -> Result<Arc<dyn Backend>, CliError> {
     let source = args.cluster.display().to_string();
     let mut toml: toml::Table =
@@ -284,41 +284,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         .parse()
         .map_err(|e: hadar_backend::UnknownSignal| usage(format!("--stop-signal: {e}")))?;
     let stop = StopPolicy::new(signal, args.grace).map_err(|e| usage(format!("--grace: {e}")))?;
-    // A cluster file, or the short form (`v100=2,k80=2`: one node per GPU,
-    // or --gpus-per-node) for a run on this machine.
-    let spec = args.cluster.to_string_lossy();
-    let (cluster, cluster_text) = if !args.cluster.exists() && spec.contains('=') {
-        (
-            Cluster::from_short_form(&spec, args.gpus_per_node)?,
-            String::new(),
-        )
-    } else {
-        let text = read_to_string(&args.cluster)?;
-        let c = Cluster::from_toml_str_with_keys(
-            &text,
-            &spec,
-            &crate::backends::registry().node_keys(),
-        )?;
-        (c, text)
-    };
+    let (cluster, cluster_text) = read_cluster(&args)?;
     let cluster = Arc::new(cluster);
-    let mut jobs = read_jobs(&args.jobs)?;
-    let jobs_dir = args.jobs.parent().unwrap_or(Path::new("."));
-    for j in &mut jobs {
-        j.command[0] = resolve(&j.command[0], jobs_dir);
-        if let Some(arg) = relative_file_argument(&j.command, jobs_dir) {
-            eprintln!(
-                "warning: job {}: `{}` is a file beside the jobs file, but a task runs in a \
-                 directory of its own, where it is not: give its absolute path ({})",
-                escape(&j.name),
-                escape(arg),
-                escape(&resolve(&format!("./{arg}"), jobs_dir))
-            );
-        }
-        if args.backend == "local" {
-            check_program_here(&j.name, &j.command[0], j.env.get("PATH"))?;
-        }
-    }
+    let jobs = read_run_jobs(&args)?;
     check_rates(&jobs, &cluster, &args.jobs)?;
     check_backend_options(&jobs, &args.jobs)?;
     if let Some(t) = args.hang_timeout {
@@ -344,18 +312,93 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         eprintln!("live view: http://{}/ (metrics: /metrics)", l.addr);
         super::serve::spawn(l, args.state.clone());
     }
-    let guards = Guards {
-        hang_timeout: args.hang_timeout,
-        interrupt,
-        fresh: args.fresh,
-    };
     let mut config = RunConfig::new(cluster, jobs, policy, args.state.clone());
     config.round_s = args.round_seconds;
     config.stop = stop;
     config.remote_dir.clone_from(&args.remote_dir);
-    config.guards = guards;
+    config.guards = Guards {
+        hang_timeout: args.hang_timeout,
+        interrupt,
+        fresh: args.fresh,
+    };
     config.exploration_bonus = args.exploration_bonus;
     config.layers.faults = args.inject_faults;
+    // Warnings are said as they happen; the report's list repeats only
+    // those not said yet, and not those of the runs before a resume.
+    let earlier: HashSet<String> = load_state(&args.state)
+        .ok()
+        .flatten()
+        .and_then(|s| s.loop_state)
+        .map(|l| l.warnings.into_iter().collect())
+        .unwrap_or_default();
+    let (report, said) = run_with_bars(&config, backend, &args)?;
+    say_warnings(&args, &report, &said, &earlier);
+    // The files first: a failure to write them is not hidden behind a
+    // report that reads as success.
+    if let Some(dir) = &args.out {
+        write_run_outputs(&config, &args, &report, dir)?;
+    }
+    if args.serve.is_some() {
+        eprintln!(
+            "the live view closes with the run; `hadar serve --state {}` serves it again",
+            escape(&args.state.display().to_string())
+        );
+    }
+    print_report(&config, &args, &report)
+}
+
+/// The cluster file, or the short form (`v100=2,k80=2`: one node per GPU,
+/// or --gpus-per-node) for a run on this machine; with the file's text.
+fn read_cluster(args: &RunArgs) -> Result<(Cluster, String), CliError> {
+    let spec = args.cluster.to_string_lossy();
+    Ok(if !args.cluster.exists() && spec.contains('=') {
+        (
+            Cluster::from_short_form(&spec, args.gpus_per_node)?,
+            String::new(),
+        )
+    } else {
+        let text = read_to_string(&args.cluster)?;
+        let c = Cluster::from_toml_str_with_keys(
+            &text,
+            &spec,
+            &crate::backends::registry().node_keys(),
+        )?;
+        (c, text)
+    })
+}
+
+/// The jobs file, each program resolved beside it (and, for a run on this
+/// machine, found); a file argument that will not be where the task runs
+/// is warned about.
+fn read_run_jobs(args: &RunArgs) -> Result<Vec<hadar_runtime::RunJob>, CliError> {
+    let mut jobs = read_jobs(&args.jobs)?;
+    let jobs_dir = args.jobs.parent().unwrap_or(Path::new("."));
+    for j in &mut jobs {
+        j.command[0] = resolve(&j.command[0], jobs_dir);
+        if let Some(arg) = relative_file_argument(&j.command, jobs_dir) {
+            eprintln!(
+                "warning: job {}: `{}` is a file beside the jobs file, but a task runs in a \
+                 directory of its own, where it is not: give its absolute path ({})",
+                escape(&j.name),
+                escape(arg),
+                escape(&resolve(&format!("./{arg}"), jobs_dir))
+            );
+        }
+        if args.backend == "local" {
+            check_program_here(&j.name, &j.command[0], j.env.get("PATH"))?;
+        }
+    }
+    Ok(jobs)
+}
+
+/// Runs the jobs with a progress bar each (the run's events move them; its
+/// warnings are said as they come). Returns the report and the warnings
+/// said.
+fn run_with_bars(
+    config: &RunConfig,
+    backend: Arc<dyn Backend>,
+    args: &RunArgs,
+) -> Result<(RunReport, HashSet<String>), CliError> {
     let bars = Bars::new(!args.json);
     let job_bars: Vec<ProgressBar> = config
         .jobs
@@ -366,17 +409,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::output("the async runtime", e))?;
-    // Warnings are said as they happen; the report's list repeats only
-    // those not said yet, and not those of the runs before a resume (they
-    // were said then: repeated, they would read as this run's).
-    let mut said: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let earlier: std::collections::HashSet<String> = load_state(&args.state)
-        .ok()
-        .flatten()
-        .and_then(|s| s.loop_state)
-        .map(|l| l.warnings.into_iter().collect())
-        .unwrap_or_default();
-    let report = rt.block_on(run_jobs(&config, backend, &mut |e| {
+    let mut said: HashSet<String> = HashSet::new();
+    let report = rt.block_on(run_jobs(config, backend, &mut |e| {
         match e {
             Event::Warning(w) => {
                 bars.println(&format!("warning: {}", escape_lines(&w)));
@@ -400,7 +434,18 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         bars.tick();
     }));
     bars.clear();
-    let report = report.map_err(CliError::Run)?;
+    Ok((report.map_err(CliError::Run)?, said))
+}
+
+/// The report's warnings not said during the run, less those of the runs
+/// before a resume (`earlier`: said then; repeated, they would read as this
+/// run's), whose number is said.
+fn say_warnings(
+    args: &RunArgs,
+    report: &RunReport,
+    said: &HashSet<String>,
+    earlier: &HashSet<String>,
+) {
     let warnings = &report.result.summary.warnings;
     let before = warnings.iter().filter(|w| earlier.contains(*w)).count();
     if before > 0 {
@@ -416,18 +461,6 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     {
         tracing::warn!("{}", escape_lines(w));
     }
-    // The files first: a failure to write them is not hidden behind a
-    // report that reads as success.
-    if let Some(dir) = &args.out {
-        write_run_outputs(&config, &args, &report, dir)?;
-    }
-    if args.serve.is_some() {
-        eprintln!(
-            "the live view closes with the run; `hadar serve --state {}` serves it again",
-            escape(&args.state.display().to_string())
-        );
-    }
-    print_report(&config, &args, &report)
 }
 
 /// A job's throughput may leave out any GPU type (the run measures it), but
