@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use crate::cluster::{GpuId, GpuTypeId};
 use crate::error::{Error, Result};
 use crate::job::JobId;
-use crate::plan::RoundPlan;
+use crate::plan::{RoundPlan, Task};
 use crate::workload::Workload;
 
 /// Rejects plans that give a GPU twice (unless `share`: then to two jobs'
@@ -24,6 +24,39 @@ pub(super) fn check_plan(
     } else {
         vec![None; plan.tasks.len()]
     };
+    check_pairs(workload, plan, &partners, policy)?;
+    let forked_jobs: HashSet<JobId> = plan
+        .tasks
+        .iter()
+        .filter(|t| t.copy > 0)
+        .map(|t| t.job)
+        .collect();
+    for (i, t) in plan.tasks.iter().enumerate() {
+        check_task(workload, t, forked_jobs.contains(&t.job), policy)?;
+        // The second of a checked pair reuses its partner's GPUs.
+        if partners[i].is_some_and(|p| p < i) {
+            continue;
+        }
+        for &g in &t.gpus {
+            if std::mem::replace(&mut used[g.index()], true) {
+                return Err(internal(
+                    policy,
+                    format!("GPU {} given twice in round {}", g.0, plan.index),
+                ));
+            }
+        }
+    }
+    Ok(partners)
+}
+
+/// Tasks that share GPUs are two jobs' gangs (not copies) on exactly the
+/// same GPUs of one type, a pair the table has measured.
+fn check_pairs(
+    workload: &Workload,
+    plan: &RoundPlan,
+    partners: &[Option<usize>],
+    policy: &str,
+) -> Result<()> {
     for (i, p) in partners.iter().enumerate() {
         let Some(p) = *p else { continue };
         let (a, b) = (&plan.tasks[i], &plan.tasks[p]);
@@ -52,66 +85,53 @@ pub(super) fn check_plan(
             ));
         }
     }
-    let forked_jobs: HashSet<JobId> = plan
-        .tasks
-        .iter()
-        .filter(|t| t.copy > 0)
-        .map(|t| t.job)
-        .collect();
-    for (i, t) in plan.tasks.iter().enumerate() {
-        if t.gpus.is_empty() {
-            return Err(internal(
-                policy,
-                format!("job {} got a task with no GPU", t.job),
-            ));
-        }
-        // A gang gets all its workers or none. A copy of a forked job
-        // (HadarE) is a replica on one node with up to its gang of GPUs.
-        // With shapes the gang is the size on the type it was placed on.
-        let Some(gang) = workload.gang_for(t.job.index(), &t.gpus) else {
+    Ok(())
+}
+
+/// A task has GPUs, of types its job accepts: all of its gang, or, for a
+/// copy of a forked job (HadarE), a replica on one node with up to its
+/// gang.
+fn check_task(workload: &Workload, t: &Task, forked: bool, policy: &str) -> Result<()> {
+    if t.gpus.is_empty() {
+        return Err(internal(
+            policy,
+            format!("job {} got a task with no GPU", t.job),
+        ));
+    }
+    // A gang gets all its workers or none. A copy of a forked job
+    // (HadarE) is a replica on one node with up to its gang of GPUs.
+    // With shapes the gang is the size on the type it was placed on.
+    let Some(gang) = workload.gang_for(t.job.index(), &t.gpus) else {
+        return Err(internal(
+            policy,
+            format!(
+                "job {} got GPUs of a type it does not accept, or of types its \
+                 alternatives give different gangs",
+                t.job
+            ),
+        ));
+    };
+    let gang = gang as usize;
+    if !forked && t.gpus.len() != gang {
+        return Err(internal(
+            policy,
+            format!("job {} (gang of {gang}) got {} GPUs", t.job, t.gpus.len()),
+        ));
+    }
+    if t.copy > 0 {
+        let cluster = workload.cluster();
+        let node = cluster.gpu(t.gpus[0]).node;
+        if t.gpus.len() > gang || t.gpus.iter().any(|&g| cluster.gpu(g).node != node) {
             return Err(internal(
                 policy,
                 format!(
-                    "job {} got GPUs of a type it does not accept, or of types its \
-                     alternatives give different gangs",
-                    t.job
+                    "copy {} of job {} is not on one node within its gang",
+                    t.copy, t.job
                 ),
             ));
-        };
-        let gang = gang as usize;
-        if !forked_jobs.contains(&t.job) && t.gpus.len() != gang {
-            return Err(internal(
-                policy,
-                format!("job {} (gang of {gang}) got {} GPUs", t.job, t.gpus.len()),
-            ));
-        }
-        if t.copy > 0 {
-            let cluster = workload.cluster();
-            let node = cluster.gpu(t.gpus[0]).node;
-            if t.gpus.len() > gang || t.gpus.iter().any(|&g| cluster.gpu(g).node != node) {
-                return Err(internal(
-                    policy,
-                    format!(
-                        "copy {} of job {} is not on one node within its gang",
-                        t.copy, t.job
-                    ),
-                ));
-            }
-        }
-        // The second of a checked pair reuses its partner's GPUs.
-        if partners[i].is_some_and(|p| p < i) {
-            continue;
-        }
-        for &g in &t.gpus {
-            if std::mem::replace(&mut used[g.index()], true) {
-                return Err(internal(
-                    policy,
-                    format!("GPU {} given twice in round {}", g.0, plan.index),
-                ));
-            }
         }
     }
-    Ok(partners)
+    Ok(())
 }
 
 fn internal(policy: &str, message: String) -> Error {

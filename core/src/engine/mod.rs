@@ -193,6 +193,28 @@ fn apply(
     partners: &[Option<usize>],
     measured: &dyn Fn(usize) -> bool,
 ) -> Vec<JobId> {
+    let busy = book_tasks(st, workload, plan, report, partners);
+    book_progress(st, workload, plan, report);
+    let newly = close_finished(st, measured);
+    st.rounds.push(RoundRecord {
+        start_s: plan.start_s,
+        end_s: report.end_s,
+        active_jobs: (st.jobs.active.len() + newly.len()) as u32,
+        busy_gpus: busy,
+    });
+    newly
+}
+
+/// Books each task's steps, GPU time, restarts and spans into its job and
+/// its GPUs, and a finish where its steps reached the job's total; returns
+/// the GPUs busy per type.
+fn book_tasks(
+    st: &mut LoopState,
+    workload: &Workload,
+    plan: &RoundPlan,
+    report: &RoundReport,
+    partners: &[Option<usize>],
+) -> Vec<u32> {
     let cluster = workload.cluster();
     let jobs = workload.jobs();
     let now = plan.start_s;
@@ -242,6 +264,15 @@ fn apply(
             js.finish_s = Some(js.finish_s.map_or(finish, |f: f64| f.max(finish)));
         }
     }
+    busy
+}
+
+/// The progress the executor stands behind replaces the tasks' sum; a job
+/// it says is done without a task that reached its total is done when its
+/// last task ended (at the round's start if none of its tasks ran in it).
+fn book_progress(st: &mut LoopState, workload: &Workload, plan: &RoundPlan, report: &RoundReport) {
+    let jobs = workload.jobs();
+    let now = plan.start_s;
     for &(job, held) in &report.progress {
         let js = &mut st.jobs.jobs[job.index()];
         if js.phase == Phase::Active {
@@ -251,9 +282,6 @@ fn apply(
             }
         }
     }
-    // A job the executor says is done without a task that reached its
-    // total: done when its last task ended (at the round's start if none
-    // of its tasks ran in it).
     for j in st.jobs.active.clone() {
         let js = &mut st.jobs.jobs[j.index()];
         if js.finish_s.is_some() || js.done_steps < jobs[j.index()].total_steps {
@@ -268,6 +296,11 @@ fn apply(
             .fold(now, f64::max);
         js.finish_s = Some(finish);
     }
+}
+
+/// Marks the jobs with a finish as finished and counts the measured ones;
+/// returns them.
+fn close_finished(st: &mut LoopState, measured: &dyn Fn(usize) -> bool) -> Vec<JobId> {
     let newly: Vec<JobId> = st
         .jobs
         .active
@@ -285,12 +318,6 @@ fn apply(
     jobs_state
         .active
         .retain(|j| jobs_state.jobs[j.index()].phase == Phase::Active);
-    st.rounds.push(RoundRecord {
-        start_s: now,
-        end_s: report.end_s,
-        active_jobs: (st.jobs.active.len() + newly.len()) as u32,
-        busy_gpus: busy,
-    });
     newly
 }
 
