@@ -33,6 +33,26 @@ use crate::state::{save_state, JobProgress, RunState, Running};
 use crate::{hang_limit, unix_now, Event, RunConfig, RunError};
 
 /// Executes rounds on a backend.
+/// The checkpoints fetched of ended tasks, by job, with their credit; the
+/// jobs with a fetch that failed, and the first error.
+struct Fetched {
+    files: BTreeMap<u32, Vec<(std::path::PathBuf, u64)>>,
+    unfetched: HashSet<u32>,
+    failed: Option<RunError>,
+}
+
+/// What one poll found, by task key (keys, not positions: entries leave
+/// the running list, a lost node's or a hung task's, before the ended ones
+/// are taken out).
+#[derive(Default)]
+struct Polled {
+    ended: HashSet<Key>,
+    hung: HashSet<Key>,
+    broken: HashSet<Key>,
+    lost: Vec<(String, BackendError)>,
+    crashed: Vec<(u32, u32, TaskHandle, Option<i32>)>,
+}
+
 pub(crate) struct RealRounds<'a> {
     pub(crate) config: &'a RunConfig,
     pub(crate) backend: Arc<dyn Backend>,
@@ -340,27 +360,13 @@ impl RealRounds<'_> {
                 return Err(e);
             }
         };
-        let tasks: Vec<&Running> = by_job.values().flatten().collect();
-        let handles = tasks.iter().map(|r| r.handle.clone()).collect();
-        let fetched = fetch_checkpoints(&self.backend, handles, &into).await;
-        let mut files: BTreeMap<u32, Vec<(std::path::PathBuf, u64)>> = BTreeMap::new();
         // Every job is banked before the first error returns: one failed
         // fetch or install does not leave the others' checkpoints behind.
-        let mut failed: Option<RunError> = None;
-        let mut unfetched: HashSet<u32> = HashSet::new();
-        for (r, f) in tasks.iter().zip(fetched) {
-            match f {
-                Ok(Some(path)) => {
-                    let credit = credited(&path, r);
-                    files.entry(r.job).or_default().push((path, credit));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    unfetched.insert(r.job);
-                    failed.get_or_insert(self.task_error(r, "fetch its checkpoint", e));
-                }
-            }
-        }
+        let Fetched {
+            mut files,
+            unfetched,
+            mut failed,
+        } = self.fetch_all(&by_job, &into).await;
         // A job whose checkpoints could not all be fetched or installed (a
         // full or read-only state directory) keeps its tasks recorded: their
         // checkpoints stay in the task directories, and a later poll or the
@@ -373,7 +379,6 @@ impl RealRounds<'_> {
                 // replace it.
                 continue;
             }
-            let did: u64 = tasks.iter().map(|r| r.iterations).sum();
             let installed = if unfetched.contains(job) {
                 None
             } else {
@@ -391,44 +396,92 @@ impl RealRounds<'_> {
                 ledger.uncollected.extend(tasks.iter().cloned());
                 continue;
             };
-            let p = &mut self.state.jobs[*job as usize];
-            p.held += banked;
-            if !got.is_empty() {
-                let latest = latest(&self.config.state_dir, *job);
-                p.step = hadar_checkpoint::read_step(&latest).ok().flatten();
-                p.without_checkpoint = 0;
-                p.hung_in_a_row = 0;
-            } else {
-                p.without_checkpoint += 1;
-                p.failures += 1;
-                if p.without_checkpoint >= NO_CHECKPOINT_LIMIT {
-                    failed.get_or_insert(RunError::NoCheckpoint {
-                        job: self.config.jobs[*job as usize].name.clone(),
-                        times: p.without_checkpoint,
-                        hung: p.hung_in_a_row,
-                        dir: tasks[0].handle.workdir.clone(),
-                        last: ledger.crashes.get(&(*job, tasks[0].copy)).cloned(),
-                    });
-                }
-            }
-            // A checkpoint whose own step is the total is a finished model,
-            // whatever the bookkeeping says (a task that resumed from a
-            // checkpoint deleted under it carried the work on).
-            let total = self.config.jobs[*job as usize].iterations;
-            if p.held >= total || p.step.is_some_and(|s| s >= total) {
-                p.complete = true;
-            }
-            if banked < did {
-                p.lost += did - banked;
-                ledger.warnings.push(format!(
-                    "job {}: {} iterations were lost with a task whose checkpoint does not \
-                     hold them (killed, crashed or hung before it wrote one)",
-                    self.config.jobs[*job as usize].name,
-                    did - banked
-                ));
-            }
+            self.credit(*job, tasks, banked, !got.is_empty(), ledger, &mut failed);
         }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Fetches the checkpoints of the ended tasks into `into`, side by side.
+    async fn fetch_all(
+        &self,
+        by_job: &BTreeMap<u32, Vec<Running>>,
+        into: &std::path::Path,
+    ) -> Fetched {
+        let tasks: Vec<&Running> = by_job.values().flatten().collect();
+        let handles = tasks.iter().map(|r| r.handle.clone()).collect();
+        let fetched = fetch_checkpoints(&self.backend, handles, into).await;
+        let mut out = Fetched {
+            files: BTreeMap::new(),
+            unfetched: HashSet::new(),
+            failed: None,
+        };
+        for (r, f) in tasks.iter().zip(fetched) {
+            match f {
+                Ok(Some(path)) => {
+                    let credit = credited(&path, r);
+                    out.files.entry(r.job).or_default().push((path, credit));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    out.unfetched.insert(r.job);
+                    out.failed
+                        .get_or_insert(self.task_error(r, "fetch its checkpoint", e));
+                }
+            }
+        }
+        out
+    }
+
+    /// Credits `job` with the `banked` iterations its tasks' checkpoints
+    /// hold (`had_files`: there were some): its step, its failures without
+    /// a checkpoint (too many in a row: an error), its completion, and the
+    /// iterations lost with tasks that did more than they saved.
+    fn credit(
+        &mut self,
+        job: u32,
+        tasks: &[Running],
+        banked: u64,
+        had_files: bool,
+        ledger: &mut Ledger,
+        failed: &mut Option<RunError>,
+    ) {
+        let did: u64 = tasks.iter().map(|r| r.iterations).sum();
+        let p = &mut self.state.jobs[job as usize];
+        p.held += banked;
+        if had_files {
+            let latest = latest(&self.config.state_dir, job);
+            p.step = hadar_checkpoint::read_step(&latest).ok().flatten();
+            p.without_checkpoint = 0;
+            p.hung_in_a_row = 0;
+        } else {
+            p.without_checkpoint += 1;
+            p.failures += 1;
+            if p.without_checkpoint >= NO_CHECKPOINT_LIMIT {
+                failed.get_or_insert(RunError::NoCheckpoint {
+                    job: self.config.jobs[job as usize].name.clone(),
+                    times: p.without_checkpoint,
+                    hung: p.hung_in_a_row,
+                    dir: tasks[0].handle.workdir.clone(),
+                    last: ledger.crashes.get(&(job, tasks[0].copy)).cloned(),
+                });
+            }
+        }
+        // A checkpoint whose own step is the total is a finished model,
+        // whatever the bookkeeping says (a task that resumed from a
+        // checkpoint deleted under it carried the work on).
+        let total = self.config.jobs[job as usize].iterations;
+        if p.held >= total || p.step.is_some_and(|s| s >= total) {
+            p.complete = true;
+        }
+        if banked < did {
+            p.lost += did - banked;
+            ledger.warnings.push(format!(
+                "job {}: {} iterations were lost with a task whose checkpoint does not \
+                 hold them (killed, crashed or hung before it wrote one)",
+                self.config.jobs[job as usize].name,
+                did - banked
+            ));
+        }
     }
 
     /// How job `job`'s tasks are stopped (its own signal, else the run's).
@@ -588,22 +641,7 @@ impl RealRounds<'_> {
         let deadline = self.state.started_unix_s + round_start + self.config.round_s;
         self.check_checkpoints(plan, ledger);
         self.state.launches += 1;
-        // Not a job this round's stops just finished: the plan was made
-        // before they banked (HadarE's copies merged at the boundary can
-        // add up to the total), and a task of a finished job would outlive
-        // the run.
-        let new: Vec<&Task> = plan
-            .tasks
-            .iter()
-            .filter(|t| !self.state.jobs[t.job.index()].complete)
-            .filter(|t| {
-                !self
-                    .state
-                    .running
-                    .iter()
-                    .any(|r| (r.job, r.copy) == (t.job.0, t.copy))
-            })
-            .collect();
+        let new = self.tasks_to_launch(plan);
         for t in &new {
             self.state.jobs[t.job.index()].starts += 1;
         }
@@ -615,54 +653,14 @@ impl RealRounds<'_> {
             .collect();
         // Write-ahead: the launches are on disk before they happen, so that
         // a run killed before their handles are saved finds them by token.
-        let bases: HashMap<u32, Option<u64>> = specs
-            .iter()
-            .map(|((job, _), _)| (*job, self.base_step(*job)))
-            .collect();
-        let port_of: HashMap<Key, Option<u16>> = new
-            .iter()
-            .zip(ports)
-            .map(|(t, p)| ((t.job.0, t.copy), p))
-            .collect();
-        let types_of: HashMap<Key, Vec<String>> = new
-            .iter()
-            .map(|t| {
-                let types = t
-                    .gpus
-                    .iter()
-                    .map(|&g| {
-                        self.cluster
-                            .gpu_type_name(self.cluster.gpu(g).gpu_type)
-                            .to_string()
-                    })
-                    .collect();
-                ((t.job.0, t.copy), types)
-            })
-            .collect();
-        let record = |key: Key, handle| Running {
-            port: port_of[&key],
-            gpu_types: types_of[&key].clone(),
-            job: key.0,
-            copy: key.1,
-            gpus: desired[&key].clone(),
-            handle,
-            iterations: 0,
-            started_s: round_start,
-            progress_s: round_start,
-            gap_s: 0.0,
-            base_step: bases[&key.0],
-        };
+        let pending = self.pending(&new, &ports, &specs, desired, round_start);
         // Entries a restart could not settle (their node did not answer)
         // stay recorded beside this round's.
         let carried = self.state.launching.clone();
         self.state.launching = carried
             .iter()
             .cloned()
-            .chain(
-                specs
-                    .iter()
-                    .map(|(key, spec)| record(*key, spec.handle(""))),
-            )
+            .chain(pending.iter().cloned())
             .collect();
         if !self.state.launching.is_empty() {
             self.persist()?;
@@ -674,11 +672,11 @@ impl RealRounds<'_> {
         .await;
         hadar_backend::testing::crash_point("launched");
         let mut failed = None;
-        for ((key, spec), res) in specs.into_iter().zip(results) {
+        for (((key, spec), res), mut task) in specs.into_iter().zip(results).zip(pending) {
             match res {
                 Ok(handle) => {
                     ledger.started.insert(key, self.now());
-                    let task = record(key, handle);
+                    task.handle = handle;
                     if let Some(p) = self.state.jobs.get_mut(key.0 as usize) {
                         p.ran_on(&task.gpus, &task.gpu_types);
                     }
@@ -701,6 +699,62 @@ impl RealRounds<'_> {
         self.state.launching = carried;
         self.stop_stranded(ledger).await;
         failed.map_or(Ok(()), Err)
+    }
+
+    /// The plan's tasks not running yet. Not of a job this round's stops
+    /// just finished: the plan was made before they banked (HadarE's copies
+    /// merged at the boundary can add up to the total), and a task of a
+    /// finished job would outlive the run.
+    fn tasks_to_launch<'p>(&self, plan: &'p RoundPlan) -> Vec<&'p Task> {
+        plan.tasks
+            .iter()
+            .filter(|t| !self.state.jobs[t.job.index()].complete)
+            .filter(|t| {
+                !self
+                    .state
+                    .running
+                    .iter()
+                    .any(|r| (r.job, r.copy) == (t.job.0, t.copy))
+            })
+            .collect()
+    }
+
+    /// The running-list entries of the tasks about to launch, as the
+    /// write-ahead record holds them (a handle with its token only, until
+    /// the launch returns the real one).
+    fn pending(
+        &self,
+        new: &[&Task],
+        ports: &[Option<u16>],
+        specs: &[(Key, TaskSpec)],
+        desired: &HashMap<Key, Vec<(String, u32)>>,
+        round_start: f64,
+    ) -> Vec<Running> {
+        new.iter()
+            .zip(ports)
+            .zip(specs)
+            .map(|((t, &port), (key, spec))| Running {
+                port,
+                gpu_types: t
+                    .gpus
+                    .iter()
+                    .map(|&g| {
+                        self.cluster
+                            .gpu_type_name(self.cluster.gpu(g).gpu_type)
+                            .to_string()
+                    })
+                    .collect(),
+                job: key.0,
+                copy: key.1,
+                gpus: desired[key].clone(),
+                handle: spec.handle(""),
+                iterations: 0,
+                started_s: round_start,
+                progress_s: round_start,
+                gap_s: 0.0,
+                base_step: self.base_step(key.0),
+            })
+            .collect()
     }
 
     /// The step a new task of `job` resumes from: its latest checkpoint's,
@@ -755,87 +809,111 @@ impl RealRounds<'_> {
         )
         .await;
         let now = self.now();
-        // Keys, not positions: entries leave the running list (a lost node,
-        // a hung task) before the ended ones are taken out.
-        let mut ended: HashSet<Key> = HashSet::new();
-        let mut hung: HashSet<Key> = HashSet::new();
-        let mut broken: HashSet<Key> = HashSet::new();
-        let mut lost: Vec<(String, BackendError)> = Vec::new();
-        let mut crashed: Vec<(u32, u32, TaskHandle, Option<i32>)> = Vec::new();
+        let mut polled = Polled::default();
         for (i, res) in results.into_iter().enumerate() {
             match res {
-                Ok(status) => {
-                    let r = &mut self.state.running[i];
-                    absorb(r, &mut self.state.jobs, &status, ledger, now);
-                    let r = &self.state.running[i];
-                    let limit = hang_limit(&self.config.guards, r.iterations > 0, r.gap_s);
-                    if status.state == TaskState::Running && now - r.progress_s > limit {
-                        hung.insert((r.job, r.copy));
-                    }
-                    if let TaskState::Broken { rank, code } = status.state {
-                        // A gang fails as a whole: the others are stopped
-                        // after their grace (rank 0 checkpoints).
-                        ledger.warnings.push(format!(
-                            "job {} copy {}: its rank {rank} exited with {} while the others \
-                             ran: the task is stopped and resumes from its last checkpoint",
-                            self.config.jobs[r.job as usize].name,
-                            r.copy,
-                            code.map_or("a signal (or vanished)".to_string(), |c| format!(
-                                "status {c}"
-                            ))
-                        ));
-                        broken.insert((r.job, r.copy));
-                    }
-                    let job = self.state.running[i].job;
-                    let event = Event::Progress {
-                        job: job as usize,
-                        done: self.progress(job),
-                        total: self.config.jobs[job as usize].iterations,
-                    };
-                    (self.on_event)(event);
-                    let r = &self.state.running[i];
-                    if let TaskState::Exited { code } = status.state {
-                        if !status.finished() && code != Some(0) {
-                            crashed.push((r.job, r.copy, r.handle.clone(), code));
-                        }
-                        ended.insert((r.job, r.copy));
-                    }
-                }
+                Ok(status) => self.note_status(i, &status, ledger, now, &mut polled),
                 Err(e) => match e.lost_node() {
-                    Some(node) => lost.push((node.to_string(), e)),
+                    Some(node) => polled.lost.push((node.to_string(), e)),
                     None => return Err(self.task_error(&self.state.running[i], "status", e)),
                 },
             }
         }
-        for (node, why) in &lost {
+        for (node, why) in &polled.lost {
             self.lose(ledger, node, why);
         }
         self.stop_stranded(ledger).await;
-        self.stop_hung(&hung, now, ledger).await?;
-        self.stop_keys(&broken, ledger).await?;
+        self.stop_hung(&polled.hung, now, ledger).await?;
+        self.stop_keys(&polled.broken, ledger).await?;
+        let finished_any = self
+            .bank_ended(&polled.ended, polled.crashed, ledger, now)
+            .await?;
+        if !polled.lost.is_empty() || finished_any {
+            self.persist()?;
+        }
+        Ok(finished_any)
+    }
+
+    /// Books the status of running task `i` (its progress, told as an
+    /// event) and notes it in `polled` if it hung, broke or ended.
+    fn note_status(
+        &mut self,
+        i: usize,
+        status: &TaskStatus,
+        ledger: &mut Ledger,
+        now: f64,
+        polled: &mut Polled,
+    ) {
+        let r = &mut self.state.running[i];
+        absorb(r, &mut self.state.jobs, status, ledger, now);
+        let r = &self.state.running[i];
+        let limit = hang_limit(&self.config.guards, r.iterations > 0, r.gap_s);
+        if status.state == TaskState::Running && now - r.progress_s > limit {
+            polled.hung.insert((r.job, r.copy));
+        }
+        if let TaskState::Broken { rank, code } = status.state {
+            // A gang fails as a whole: the others are stopped after their
+            // grace (rank 0 checkpoints).
+            ledger.warnings.push(format!(
+                "job {} copy {}: its rank {rank} exited with {} while the others ran: the \
+                 task is stopped and resumes from its last checkpoint",
+                self.config.jobs[r.job as usize].name,
+                r.copy,
+                code.map_or("a signal (or vanished)".to_string(), |c| format!(
+                    "status {c}"
+                ))
+            ));
+            polled.broken.insert((r.job, r.copy));
+        }
+        let job = self.state.running[i].job;
+        let event = Event::Progress {
+            job: job as usize,
+            done: self.progress(job),
+            total: self.config.jobs[job as usize].iterations,
+        };
+        (self.on_event)(event);
+        let r = &self.state.running[i];
+        if let TaskState::Exited { code } = status.state {
+            if !status.finished() && code != Some(0) {
+                polled.crashed.push((r.job, r.copy, r.handle.clone(), code));
+            }
+            polled.ended.insert((r.job, r.copy));
+        }
+    }
+
+    /// Takes the ended tasks out of the running list and banks their
+    /// checkpoints, with the copies stopped as past their job's total; a
+    /// finished job's other copies stop. Returns whether a job finished.
+    async fn bank_ended(
+        &mut self,
+        ended: &HashSet<Key>,
+        crashed: Vec<(u32, u32, TaskHandle, Option<i32>)>,
+        ledger: &mut Ledger,
+        now: f64,
+    ) -> Result<bool, RunError> {
         // Copies stopped as past the total are banked with those of their
         // job that just ended, as one merge: banked apart, the last
         // installed would replace the others' model (their work counted,
         // their weights gone).
-        let enough = self.copies_past_the_total(&ended);
+        let enough = self.copies_past_the_total(ended);
         let past = self.take_running(&enough);
         let (stopped, not_stopped) = self.stop_tasks(past, ledger).await;
         // (A node lost meanwhile strands its gangs' ranks on the others.)
         self.stop_stranded(ledger).await;
         self.say_crashes(crashed, ledger).await;
         // Ended tasks leave; their checkpoints are banked.
-        let mut gone = self.take_running(&ended);
+        let mut gone = self.take_running(ended);
         for r in &gone {
             ledger.ended.insert((r.job, r.copy), now);
         }
         gone.extend(stopped);
         let by_job = by_job(gone);
-        let mut finished_any = false;
         let jobs: Vec<u32> = by_job.keys().copied().collect();
         self.bank_running(by_job, ledger).await?;
         if let Some(e) = not_stopped {
             return Err(e);
         }
+        let mut finished_any = false;
         for job in jobs {
             if self.state.jobs[job as usize].complete {
                 // The job is done: its other copies stop.
@@ -851,9 +929,6 @@ impl RealRounds<'_> {
                     at_s: now,
                 });
             }
-        }
-        if !lost.is_empty() || finished_any {
-            self.persist()?;
         }
         Ok(finished_any)
     }

@@ -524,29 +524,17 @@ pub async fn run(
         backend.capabilities().multi_node,
     )?;
     let workload = workload(&config)?;
-    let mut state = initial_state(&config)?;
-    same_backend(&config.state_dir, &state, backend.name())?;
-    not_a_copy(&config.state_dir, &state)?;
-    state::restore_history(&config.state_dir, &mut state)?;
-    state.home = Some(config.state_dir.clone());
-    state.backend = Some(backend.name().to_string());
-    state.info = Some(run_info(&config));
+    let (mut state, resume) = load_run_state(&config, &backend, &workload)?;
     let already_finished = state.finished;
-    let resume = Some(with_given_rates(
-        state.loop_state.clone(),
-        &workload,
-        &config.jobs,
-    ));
-    if state.history.is_some() {
-        // The records the history file holds are not kept twice.
-        state.loop_state = state.loop_state.as_ref().map(LoopState::without_history);
-    }
     let experiment = Experiment::new(
         workload,
         SimSettings {
             round_s: config.round_s,
             scheduler: config.scheduler.clone(),
             knowledge: knowledge(&config),
+            // The forked-job bound only for a policy that forks, as
+            // `hadar simulate` computes it.
+            forked_bound: config.policy.forks(),
             ..SimSettings::default()
         },
     )?;
@@ -560,31 +548,7 @@ pub async fn run(
         on_event,
         clock,
     };
-    let result = match exec.adopt().await {
-        Err(e) => Err(e),
-        Ok(()) => match config.custom_scheduler.clone() {
-            Some(custom) => {
-                let mut make = |w: &Workload| (custom.0)(w);
-                experiment
-                    .run_with("custom", &mut make, &mut exec, resume, &mut |_| {})
-                    .await
-            }
-            None => {
-                experiment
-                    .run_on(config.policy, &mut exec, resume, &mut |_| {})
-                    .await
-            }
-        }
-        .map_err(RunError::from),
-    };
-    let result = match result {
-        Ok(r) => exec.wind_up().await.map(|()| r),
-        Err(e) => Err(e),
-    };
-    let result = match result {
-        Ok(r) => Ok(r),
-        Err(e) => Err(exec.halt(e).await),
-    };
+    let result = drive(&mut exec, &experiment, resume).await;
     let closed = backend.close().await;
     let result = result?;
     closed?;
@@ -600,6 +564,68 @@ pub async fn run(
         already_finished,
         finished_unix_s: exec.state.finished_unix_s,
     })
+}
+
+/// The run's saved state (a new one for a new run), checked to be this
+/// run's and moved here, and the loop's state to resume from.
+fn load_run_state(
+    config: &RunConfig,
+    backend: &Arc<dyn Backend>,
+    workload: &Arc<Workload>,
+) -> Result<(RunState, Option<LoopState>), RunError> {
+    let mut state = initial_state(config)?;
+    same_backend(&config.state_dir, &state, backend.name())?;
+    not_a_copy(&config.state_dir, &state)?;
+    state::restore_history(&config.state_dir, &mut state)?;
+    state.home = Some(config.state_dir.clone());
+    state.backend = Some(backend.name().to_string());
+    state.info = Some(run_info(config));
+    let resume = Some(with_given_rates(
+        state.loop_state.clone(),
+        workload,
+        &config.jobs,
+    ));
+    if state.history.is_some() {
+        // The records the history file holds are not kept twice.
+        state.loop_state = state.loop_state.as_ref().map(LoopState::without_history);
+    }
+    Ok((state, resume))
+}
+
+/// Adopts the tasks a previous run left, runs the rounds to the end and
+/// winds up (the last checkpoints collected); on an error, halts the tasks
+/// and says which ([`RunError::Halted`]).
+async fn drive(
+    exec: &mut RealRounds<'_>,
+    experiment: &Experiment,
+    resume: Option<LoopState>,
+) -> Result<RunResult, RunError> {
+    let config = exec.config;
+    let result = match exec.adopt().await {
+        Err(e) => Err(e),
+        Ok(()) => match config.custom_scheduler.clone() {
+            Some(custom) => {
+                let mut make = |w: &Workload| (custom.0)(w);
+                experiment
+                    .run_with("custom", &mut make, exec, resume, &mut |_| {})
+                    .await
+            }
+            None => {
+                experiment
+                    .run_on(config.policy, exec, resume, &mut |_| {})
+                    .await
+            }
+        }
+        .map_err(RunError::from),
+    };
+    let result = match result {
+        Ok(r) => exec.wind_up().await.map(|()| r),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(r) => Ok(r),
+        Err(e) => Err(exec.halt(e).await),
+    }
 }
 
 /// What a real run's scheduler knows of the rates: only what it measures,
