@@ -1,5 +1,5 @@
 //! The round-execution contract: what the round loop ([`crate::engine`])
-//! hands a plan to. The simulator ([`crate::sim::SimBackend`]) executes
+//! hands a plan to. The simulator ([`crate::sim::SimRounds`]) executes
 //! rounds in virtual time; the runtime (`hadar-runtime`) executes them on a
 //! real backend (`hadar-backend`). The loop knows nothing else of either.
 
@@ -16,13 +16,6 @@ use crate::state::{JobsState, LoopState};
 pub struct Capabilities {
     /// Time is virtual: rounds cost no wall-clock time.
     pub virtual_time: bool,
-    /// Tasks checkpoint when stopped and resume from it later (else a job
-    /// moved to other GPUs starts over).
-    pub checkpoint: bool,
-    /// Tasks can be pinned to GPUs (`CUDA_VISIBLE_DEVICES` or equivalent).
-    pub gpu_binding: bool,
-    /// Tasks can be paused and resumed in place (without a checkpoint).
-    pub suspend: bool,
     /// Two jobs' tasks may share the same GPUs in a round (space sharing, at
     /// the table's measured co-location rates).
     pub share_gpus: bool,

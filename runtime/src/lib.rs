@@ -13,13 +13,13 @@
 
 mod checkpoints;
 pub mod control;
-mod executor;
 pub mod history;
 pub mod jobs;
 pub mod layers;
 mod logs;
 pub mod parallel;
 pub mod rates;
+mod real_rounds;
 pub mod state;
 pub mod view;
 
@@ -43,7 +43,7 @@ pub use jobs::RunJob;
 pub use layers::Layers;
 pub use state::{load_state, save_state, state_path, RunState};
 
-use executor::RealRounds;
+use real_rounds::RealRounds;
 use state::JobProgress;
 
 /// Errors of a run.
@@ -539,7 +539,7 @@ pub async fn run(
         },
     )?;
     backend.open().await?;
-    let clock = executor::RunClock::resume(&mut state);
+    let clock = real_rounds::RunClock::resume(&mut state);
     let mut exec = RealRounds {
         config: &config,
         backend: backend.clone(),

@@ -55,7 +55,6 @@ impl Backend for Memory {
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            checkpoint: true,
             shared_fs: true,
             ..Capabilities::default()
         }

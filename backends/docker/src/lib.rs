@@ -1239,9 +1239,6 @@ impl Backend for DockerBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             virtual_time: false,
-            checkpoint: true,
-            gpu_binding: true,
-            suspend: false,
             share_gpus: false,
             multi_node: true,
             shared_fs: !self.nodes.is_empty() && self.nodes.values().all(|n| n.shared_fs),

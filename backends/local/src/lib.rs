@@ -275,9 +275,6 @@ impl Backend for LocalBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             virtual_time: false,
-            checkpoint: true,
-            gpu_binding: true,
-            suspend: false,
             share_gpus: false,
             multi_node: true,
             shared_fs: true,

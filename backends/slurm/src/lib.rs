@@ -1016,9 +1016,6 @@ impl Backend for SlurmBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             virtual_time: false,
-            checkpoint: true,
-            gpu_binding: true,
-            suspend: false,
             share_gpus: false,
             // A gang: one step per rank on the allocation's nodes.
             multi_node: true,

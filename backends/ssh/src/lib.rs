@@ -759,9 +759,6 @@ impl Backend for SshBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             virtual_time: false,
-            checkpoint: true,
-            gpu_binding: true,
-            suspend: false,
             share_gpus: false,
             multi_node: true,
             shared_fs: false,

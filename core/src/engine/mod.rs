@@ -379,7 +379,7 @@ mod tests {
     use crate::job::Job;
     use crate::plan::{MixedRate, Task};
     use crate::scheduler::{Decision, RoundContext, Scheduler};
-    use crate::sim::SimBackend;
+    use crate::sim::SimRounds;
     use crate::throughput::ThroughputTable;
 
     /// Runs the active jobs on fixed GPUs, every round.
@@ -408,7 +408,7 @@ mod tests {
     }
 
     /// The simulator, minus space sharing.
-    struct NoSharing(SimBackend);
+    struct NoSharing(SimRounds);
 
     #[async_trait::async_trait(?Send)]
     impl RoundExecutor for NoSharing {
@@ -535,7 +535,7 @@ mod tests {
     #[test]
     fn two_jobs_share_a_gpu_at_their_measured_pair_rates() {
         let w = workload();
-        let mut sim = SimBackend::new(w.clone(), MixedRate::Min);
+        let mut sim = SimRounds::new(w.clone(), MixedRate::Min);
         let out = run(&w, vec![(0, 0), (1, 0)], &mut sim).unwrap();
         // a: 300 steps at 3/s, b: 200 at 2/s: both done in the first round.
         for j in 0..2 {
@@ -551,7 +551,7 @@ mod tests {
     fn sharing_needs_a_measured_pair_and_a_backend_that_can() {
         let w = workload();
         // a and c were never measured together.
-        let mut sim = SimBackend::new(w.clone(), MixedRate::Min);
+        let mut sim = SimRounds::new(w.clone(), MixedRate::Min);
         let err = run(&w, vec![(0, 0), (2, 0)], &mut sim)
             .unwrap_err()
             .to_string();
@@ -560,13 +560,13 @@ mod tests {
             "{err}"
         );
         // A backend that cannot share GPUs gets none shared.
-        let mut plain = NoSharing(SimBackend::new(w.clone(), MixedRate::Min));
+        let mut plain = NoSharing(SimRounds::new(w.clone(), MixedRate::Min));
         let err = run(&w, vec![(0, 0), (1, 0)], &mut plain)
             .unwrap_err()
             .to_string();
         assert!(err.contains("GPU 0 given twice in round 0"), "{err}");
         // Three jobs on one GPU are never a pair.
-        let mut sim = SimBackend::new(w.clone(), MixedRate::Min);
+        let mut sim = SimRounds::new(w.clone(), MixedRate::Min);
         let err = run(&w, vec![(0, 0), (1, 0), (2, 0)], &mut sim)
             .unwrap_err()
             .to_string();

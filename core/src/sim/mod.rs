@@ -1,13 +1,13 @@
-//! The trace-driven simulator: the round loop with [`SimBackend`], plus the
+//! The trace-driven simulator: the round loop with [`SimRounds`], plus the
 //! metrics and lower bounds of a run.
 
-mod backend;
+mod rounds;
 pub mod sweep;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use backend::SimBackend;
+pub use rounds::SimRounds;
 
 use crate::bounds::{jct_lower_bound, makespan_lower_bound};
 use crate::engine::{run_rounds, Loop, LoopOutcome, LoopSettings, Progress, SchedulerFactory};
@@ -178,9 +178,9 @@ impl Experiment {
 
     /// Simulates `policy`, reporting progress after each round.
     pub fn run(&self, policy: PolicyKind, progress: &mut dyn FnMut(Progress)) -> Result<RunResult> {
-        let mut backend = SimBackend::new(self.workload.clone(), self.settings.mixed_rate)
+        let mut rounds = SimRounds::new(self.workload.clone(), self.settings.mixed_rate)
             .with_fork_model(self.settings.fork_model)?;
-        block_on(self.run_on(policy, &mut backend, None, progress))
+        block_on(self.run_on(policy, &mut rounds, None, progress))
     }
 
     /// Runs `policy` on any executor (the simulator, or a real run's

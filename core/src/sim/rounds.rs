@@ -21,7 +21,7 @@ use crate::workload::Workload;
 /// first holds its GPUs for its restart cost without progress; a cost
 /// longer than the round carries into the next one while the job stays.
 #[derive(Debug, Clone)]
-pub struct SimBackend {
+pub struct SimRounds {
     workload: std::sync::Arc<Workload>,
     mixed: MixedRate,
     /// How forked jobs' copies progress (`None`: every step counts).
@@ -102,7 +102,7 @@ impl Placements {
     }
 }
 
-impl SimBackend {
+impl SimRounds {
     /// A simulator over `workload`.
     pub fn new(workload: std::sync::Arc<Workload>, mixed: MixedRate) -> Self {
         Self {
@@ -160,7 +160,7 @@ fn job_steps(rates: &[f64], left: u64, length_s: f64, steps: &mut Vec<u64>, busy
 }
 
 #[async_trait::async_trait(?Send)]
-impl RoundExecutor for SimBackend {
+impl RoundExecutor for SimRounds {
     fn name(&self) -> &str {
         "sim"
     }
@@ -168,9 +168,6 @@ impl RoundExecutor for SimBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             virtual_time: true,
-            checkpoint: true,
-            gpu_binding: true,
-            suspend: true,
             share_gpus: true,
             multi_node: true,
             shared_fs: true,
