@@ -762,9 +762,46 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
                 escape(&args.state.display().to_string())
             ))
         })?;
+    let round = state.loop_state.as_ref().map_or(0, |l| l.round);
+    let jobs = status_jobs(&state);
+    // What went wrong so far (saved each round), the latest last.
+    let warnings: &[String] = state
+        .loop_state
+        .as_ref()
+        .map_or(&[], |l| l.warnings.as_slice());
+    if args.json {
+        let text = serde_json::to_string_pretty(&serde_json::json!({
+            "round": round,
+            "finished": state.finished,
+            "jobs": jobs,
+            "tasks": status_tasks(&state),
+            "rates": state.rates,
+            "warnings": warnings,
+        }))
+        .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
+        println!("{text}");
+        return Ok(());
+    }
+    println!(
+        "round {round}{}",
+        if state.finished { " (finished)" } else { "" }
+    );
+    print!("{}", status_table(&jobs).render());
+    print_tasks(&state);
+    print_rates(&state.rates);
+    if !warnings.is_empty() {
+        println!("\nwarnings ({}, the latest last):", warnings.len());
+        for w in warnings.iter().rev().take(10).rev() {
+            println!("  {}", escape_lines(w));
+        }
+    }
+    Ok(())
+}
+
+/// Each job of a saved run as `hadar status --json` gives it.
+fn status_jobs(state: &hadar_runtime::RunState) -> Vec<serde_json::Value> {
     let lp = state.loop_state.as_ref();
-    let round = lp.map_or(0, |l| l.round);
-    let jobs: Vec<serde_json::Value> = state
+    state
         .jobs
         .iter()
         .enumerate()
@@ -790,8 +827,12 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
                 "ran_on": p.ran_on,
             })
         })
-        .collect();
-    let tasks: Vec<serde_json::Value> = state
+        .collect()
+}
+
+/// The tasks a saved run holds, as `hadar status --json` gives them.
+fn status_tasks(state: &hadar_runtime::RunState) -> Vec<serde_json::Value> {
+    state
         .running
         .iter()
         .map(|r| {
@@ -808,25 +849,11 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
                 "iterations": r.iterations,
             })
         })
-        .collect();
-    // What went wrong so far (saved each round), the latest last.
-    let warnings: &[String] = state
-        .loop_state
-        .as_ref()
-        .map_or(&[], |l| l.warnings.as_slice());
-    if args.json {
-        let text = serde_json::to_string_pretty(&serde_json::json!({
-            "round": round,
-            "finished": state.finished,
-            "jobs": jobs,
-            "tasks": tasks,
-            "rates": state.rates,
-            "warnings": warnings,
-        }))
-        .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
-        println!("{text}");
-        return Ok(());
-    }
+        .collect()
+}
+
+/// The jobs' table of `hadar status`.
+fn status_table(jobs: &[serde_json::Value]) -> Table {
     let mut t = Table::new([
         "job",
         "state",
@@ -840,7 +867,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         "ran on",
     ])
     .left_columns(2);
-    for j in &jobs {
+    for j in jobs {
         let s = |k: &str| j[k].as_str().unwrap_or("-").to_string();
         t.row([
             escape(&s("name")),
@@ -859,20 +886,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             ran_on(&jobs_ran_on(j)),
         ]);
     }
-    println!(
-        "round {round}{}",
-        if state.finished { " (finished)" } else { "" }
-    );
-    print!("{}", t.render());
-    print_tasks(&state);
-    print_rates(&state.rates);
-    if !warnings.is_empty() {
-        println!("\nwarnings ({}, the latest last):", warnings.len());
-        for w in warnings.iter().rev().take(10).rev() {
-            println!("  {}", escape_lines(w));
-        }
-    }
-    Ok(())
+    t
 }
 
 /// The tasks running as of the last save: each one's GPUs, node by node

@@ -425,32 +425,7 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
     } else {
         workload
     };
-    let settings = SimSettings {
-        round_s: args.round_seconds,
-        window: args.window,
-        scheduler: SchedulerSettings {
-            realloc_interval_s: args.realloc_seconds,
-            seed: args.seed,
-            solver: if args.solver == "simplex" {
-                LpSolver::Simplex
-            } else {
-                LpSolver::InteriorPoint
-            },
-            hadar: args.hadar.settings(),
-        },
-        mixed_rate: if args.mixed_rate == "mean" {
-            MixedRate::Mean
-        } else {
-            MixedRate::Min
-        },
-        makespan_bound: !args.no_bound,
-        // Only HadarE's runs are measured against the forked-job bound.
-        forked_bound: kinds.iter().any(|k| k.forks()),
-        explain: args.explain.map(hadar_core::job::JobId),
-        fork_model: fork_model(&args),
-        knowledge: args.knowledge.settings(args.seed),
-        restart_cost_s: args.restart_cost,
-    };
+    let settings = sim_settings(&args, &kinds);
     if let Some(j) = args.explain {
         if j as usize >= workload.jobs().len() {
             return Err(CliError::Usage(format!(
@@ -471,34 +446,9 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
     };
     let experiment = Experiment::new(workload.clone(), settings)?;
     let results = run_policies(&experiment, &kinds, !args.json)?;
-    let json = |out: &str| -> Result<String, CliError> {
-        let values = results
-            .iter()
-            .map(|r| with_settings(&r.summary, &inputs, experiment.settings()))
-            .collect::<Result<Vec<_>, _>>()
-            .and_then(|v| serde_json::to_string_pretty(&v))
-            .map_err(|e| CliError::output(out, std::io::Error::other(e)))?;
-        Ok(values)
-    };
+    let json = |out: &str| summaries_json(&results, &inputs, experiment.settings(), out);
     if let Some(dir) = &args.out {
-        let comparison = summary::comparison(
-            "trace",
-            experiment.workload(),
-            &source,
-            experiment.settings().window,
-            &results,
-        );
-        crate::report::write_outputs(
-            dir,
-            &results,
-            &json(&dir.join("summary.json").display().to_string())?,
-            &comparison,
-            &crate::report::html::Heading {
-                title: "hadar simulate",
-                settings: &summary_line(experiment.settings()),
-                tables: &[],
-            },
-        )?;
+        write_report(dir, &experiment, &source, &results, &json)?;
     }
     // On stderr, so that they reach a human even beside --json.
     for r in &results {
@@ -528,6 +478,81 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             );
         }
     }
+    Ok(())
+}
+
+/// The simulation's settings from the command's flags.
+fn sim_settings(args: &SimulateArgs, kinds: &[PolicyKind]) -> SimSettings {
+    SimSettings {
+        round_s: args.round_seconds,
+        window: args.window,
+        scheduler: SchedulerSettings {
+            realloc_interval_s: args.realloc_seconds,
+            seed: args.seed,
+            solver: if args.solver == "simplex" {
+                LpSolver::Simplex
+            } else {
+                LpSolver::InteriorPoint
+            },
+            hadar: args.hadar.settings(),
+        },
+        mixed_rate: if args.mixed_rate == "mean" {
+            MixedRate::Mean
+        } else {
+            MixedRate::Min
+        },
+        makespan_bound: !args.no_bound,
+        // Only HadarE's runs are measured against the forked-job bound.
+        forked_bound: kinds.iter().any(|k| k.forks()),
+        explain: args.explain.map(hadar_core::job::JobId),
+        fork_model: fork_model(args),
+        knowledge: args.knowledge.settings(args.seed),
+        restart_cost_s: args.restart_cost,
+    }
+}
+
+/// Every run's summary with the run's inputs and settings, as JSON for
+/// `out` (named in an error).
+fn summaries_json(
+    results: &[RunResult],
+    inputs: &Inputs,
+    settings: &SimSettings,
+    out: &str,
+) -> Result<String, CliError> {
+    results
+        .iter()
+        .map(|r| with_settings(&r.summary, inputs, settings))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .map_err(|e| CliError::output(out, std::io::Error::other(e)))
+}
+
+/// `--out`: report.html, the per-job CSVs, summary.json and the plots.
+fn write_report(
+    dir: &std::path::Path,
+    experiment: &Experiment,
+    source: &str,
+    results: &[RunResult],
+    json: &dyn Fn(&str) -> Result<String, CliError>,
+) -> Result<(), CliError> {
+    let comparison = summary::comparison(
+        "trace",
+        experiment.workload(),
+        source,
+        experiment.settings().window,
+        results,
+    );
+    crate::report::write_outputs(
+        dir,
+        results,
+        &json(&dir.join("summary.json").display().to_string())?,
+        &comparison,
+        &crate::report::html::Heading {
+            title: "hadar simulate",
+            settings: &summary_line(experiment.settings()),
+            tables: &[],
+        },
+    )?;
     Ok(())
 }
 
