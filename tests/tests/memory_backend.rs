@@ -1,7 +1,9 @@
 //! A backend written in a few dozen lines gets the whole protocol suite:
 //! tasks that "train" in memory (iterations by the clock, a checkpoint that
 //! holds the step), shared by every instance made from one world, so that
-//! a restarted orchestrator finds them again.
+//! a restarted orchestrator finds them again. Its [`FACTORY`] is one
+//! registration line from being known by name, with a node key of its own
+//! read from the cluster file and checked like any backend's.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,9 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use hadar_backend::protocol::{Report, CHECKPOINT_FILE, RESUME_FILE};
+use hadar_backend::registry::{nodes_with, BackendInputs, Factory, Registry};
 use hadar_backend::{
     Backend, BackendError, Capabilities, StopPolicy, TaskHandle, TaskSpec, TaskState, TaskStatus,
 };
+use hadar_core::cluster::Cluster;
+use hadar_core::error::Location;
 use hadar_tests::conformance::{Harness, Target};
 
 #[derive(Debug)]
@@ -156,6 +161,70 @@ impl Backend for Memory {
             None => Ok(false),
         }
     }
+}
+
+/// What it reads of a cluster file's `[[node]]`.
+#[derive(serde::Deserialize)]
+struct MemoryNode {
+    memory_slots: Option<u32>,
+}
+
+/// How the registry makes it: `registry.register(FACTORY)`.
+const FACTORY: Factory = Factory {
+    name: "memory",
+    about: "tasks that train in this process's memory",
+    node_keys: &["memory_slots"],
+    build: |inputs| {
+        // Every node may say how many tasks it holds (its own key).
+        let nodes: Vec<(usize, MemoryNode)> = nodes_with(
+            inputs.cluster_toml,
+            &Location::new(inputs.cluster_source),
+            "memory_slots",
+            "slots",
+        )?;
+        if let Some((i, _)) = nodes.iter().find(|(_, n)| n.memory_slots == Some(0)) {
+            return Err(hadar_core::Error::setting(
+                "memory_slots",
+                format!("node {i} holds no task"),
+            ));
+        }
+        Ok(Arc::new(Memory::default()))
+    },
+    job_options: None,
+    check_table: None,
+};
+
+#[test]
+fn registered_by_one_line_it_is_known_by_name_and_reads_its_node_key() {
+    let mut registry = Registry::new();
+    registry.register(hadar_backend_local::FACTORY);
+    registry.register(FACTORY);
+    assert_eq!(registry.names(), ["local", "memory"]);
+    assert!(registry.node_keys().contains(&"memory_slots"));
+    let text = "[[node]]\nname = \"m0\"\ngpus = { v100 = 2 }\nmemory_slots = 4\n";
+    let keys = registry.node_keys();
+    let cluster = Cluster::from_toml_str_with_keys(text, "cluster.toml", &keys).expect("cluster");
+    let toml: toml::Table = text.parse().expect("toml");
+    let inputs = |toml| BackendInputs {
+        cluster: &cluster,
+        cluster_toml: toml,
+        cluster_source: "cluster.toml",
+        table: None,
+        base_dir: Path::new("."),
+    };
+    let b = registry
+        .build("Memory", &inputs(&toml))
+        .expect("built by name");
+    assert_eq!(b.name(), "memory");
+    // Its own key is checked by its own factory.
+    let zero: toml::Table = text.replace("= 4", "= 0").parse().expect("toml");
+    let Err(err) = registry.build("memory", &inputs(&zero)) else {
+        panic!("a node that holds no task is refused");
+    };
+    assert!(err.to_string().contains("holds no task"), "{err}");
+    // A cluster file with the key is refused where no registered backend reads it.
+    let err = Cluster::from_toml_str_with_keys(text, "cluster.toml", &[]).unwrap_err();
+    assert!(err.to_string().contains("memory_slots"), "{err}");
 }
 
 fn harness() -> Harness {
