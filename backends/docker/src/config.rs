@@ -230,6 +230,19 @@ pub fn from_toml(
     base: &Path,
 ) -> Result<(Vec<DockerNode>, DockerOptions)> {
     let at = Location::new(source);
+    let options = options_from_toml(file, &at)?;
+    let mut out = Vec::new();
+    for (i, spec) in nodes_with::<Node>(file, &at, "docker", "a docker daemon")? {
+        if let Some(node) = node_from_spec(i, spec, base, &at)? {
+            out.push(node);
+        }
+    }
+    Ok((out, options))
+}
+
+/// The options of all nodes: `[backend.docker]`'s settings, each checked,
+/// over the defaults of [`DockerOptions`].
+fn options_from_toml(file: &toml::Table, at: &Location) -> Result<DockerOptions> {
     let defaults: Defaults = match file.get("backend").and_then(|b| b.get("docker")) {
         Some(t) => t
             .clone()
@@ -267,55 +280,57 @@ pub fn from_toml(
         }
         options.timeout = Duration::from_secs_f64(t);
     }
-    let mut out = Vec::new();
-    for (i, spec) in nodes_with::<Node>(file, &at, "docker", "a docker daemon")? {
-        let field = |f: &str| at.field(format!("node[{i}].{f}"));
-        let Some(url) = spec.docker else {
-            continue;
-        };
-        let tls = match (spec.tls_cert, spec.tls_key, spec.tls_ca) {
-            (None, None, None) => None,
-            (Some(cert), Some(key), Some(ca)) => Some(Tls {
-                cert: base.join(cert),
-                key: base.join(key),
-                ca: base.join(ca),
-            }),
-            _ => {
-                return Err(Error::parse(
-                    field("tls_cert"),
-                    "TLS needs all three of tls_cert, tls_key and tls_ca",
-                ))
-            }
-        };
-        if tls.is_some() && !url.starts_with("tcp://") {
+    Ok(options)
+}
+
+/// Node `i` of the cluster file as this backend runs it, its settings
+/// checked; `None` for a node without a `docker` daemon (another backend's).
+fn node_from_spec(i: usize, spec: Node, base: &Path, at: &Location) -> Result<Option<DockerNode>> {
+    let field = |f: &str| at.field(format!("node[{i}].{f}"));
+    let Some(url) = spec.docker else {
+        return Ok(None);
+    };
+    let tls = match (spec.tls_cert, spec.tls_key, spec.tls_ca) {
+        (None, None, None) => None,
+        (Some(cert), Some(key), Some(ca)) => Some(Tls {
+            cert: base.join(cert),
+            key: base.join(key),
+            ca: base.join(ca),
+        }),
+        _ => {
             return Err(Error::parse(
                 field("tls_cert"),
-                format!("{url}: TLS settings apply to tcp:// daemons only"),
-            ));
+                "TLS needs all three of tls_cert, tls_key and tls_ca",
+            ))
         }
-        check_url(&url, spec.insecure, &tls, &field("docker"))?;
-        if spec
-            .peer_address
-            .as_deref()
-            .is_some_and(|a| a.trim().is_empty())
-        {
-            return Err(Error::parse(
-                field("peer_address"),
-                "an empty address: give the host name or IP at which the other nodes reach \
-                 this one, or leave `peer_address` out",
-            ));
-        }
-        out.push(DockerNode {
-            name: spec.name.unwrap_or_else(|| format!("node{i}")),
-            shared_fs: spec.shared_fs.unwrap_or(url.starts_with("unix://")),
-            url,
-            tls,
-            ssh_key: spec.ssh_key.map(|k| base.join(k)),
-            nvidia: spec.nvidia,
-            peer_address: spec.peer_address,
-        });
+    };
+    if tls.is_some() && !url.starts_with("tcp://") {
+        return Err(Error::parse(
+            field("tls_cert"),
+            format!("{url}: TLS settings apply to tcp:// daemons only"),
+        ));
     }
-    Ok((out, options))
+    check_url(&url, spec.insecure, &tls, &field("docker"))?;
+    if spec
+        .peer_address
+        .as_deref()
+        .is_some_and(|a| a.trim().is_empty())
+    {
+        return Err(Error::parse(
+            field("peer_address"),
+            "an empty address: give the host name or IP at which the other nodes reach \
+             this one, or leave `peer_address` out",
+        ));
+    }
+    Ok(Some(DockerNode {
+        name: spec.name.unwrap_or_else(|| format!("node{i}")),
+        shared_fs: spec.shared_fs.unwrap_or(url.starts_with("unix://")),
+        url,
+        tls,
+        ssh_key: spec.ssh_key.map(|k| base.join(k)),
+        nvidia: spec.nvidia,
+        peer_address: spec.peer_address,
+    }))
 }
 
 /// The `[backend.NAME]` table alone, as the registry checks it for a run
