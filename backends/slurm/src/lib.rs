@@ -485,8 +485,42 @@ impl SlurmBackend {
             *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
         let _one = OPENING.lock().await;
+        let a = self.open_allocation().await?;
+        *held = Some(a.clone());
+        Ok(a)
+    }
+
+    /// An allocation when none is held: the partition's usable nodes
+    /// checked against the cluster file, then the allocation of the run's
+    /// name found running again, else a new one requested.
+    async fn open_allocation(&self) -> Result<Allocation, BackendError> {
         let found = self.discover().await?;
         let (groups, unusable) = self.plan(&found)?;
+        let name = &self.options.allocation_name;
+        let out = self
+            .ctl(&cmd::squeue_allocation_argv(name))
+            .await
+            .map_err(|m| controller_error("squeue", m))?;
+        let comps = cmd::parse_allocation(&out).map_err(|m| controller_error("squeue", m))?;
+        let running: Vec<_> = comps.iter().filter(|(_, c)| c.state == "RUNNING").collect();
+        if let Some((leader, _)) = running.first() {
+            // Found again (Hadar restarted): its nodes.
+            Ok(self.found_again(&found, &comps, *leader, unusable))
+        } else {
+            self.request_allocation(&found, &comps, &groups, unusable)
+                .await
+        }
+    }
+
+    /// The running allocation led by job `leader`, found again by its name
+    /// (Hadar restarted): the nodes of its components, and its lease.
+    fn found_again(
+        &self,
+        found: &[cmd::SlurmNode],
+        comps: &[(u64, cmd::Component)],
+        leader: u64,
+        unusable: Vec<String>,
+    ) -> Allocation {
         let raw_of = |node: &str| {
             found
                 .iter()
@@ -495,87 +529,85 @@ impl SlurmBackend {
                 .map(|(t, _)| t.clone())
                 .unwrap_or_default()
         };
-        let name = &self.options.allocation_name;
+        let mut nodes = HashMap::new();
+        for (_, c) in comps.iter().filter(|(l, _)| *l == leader) {
+            for n in &c.nodes {
+                nodes.insert(n.clone(), raw_of(n));
+            }
+        }
+        let time_left = comps
+            .iter()
+            .find(|(_, c)| c.job == leader)
+            .and_then(|(_, c)| c.time_left);
+        self.hold(found, &nodes, time_left);
+        Allocation {
+            job: leader,
+            nodes,
+            unusable,
+        }
+    }
+
+    /// A new allocation of `groups` by `salloc`, after cancelling the
+    /// pending requests of the run's name (`comps`).
+    async fn request_allocation(
+        &self,
+        found: &[cmd::SlurmNode],
+        comps: &[(u64, cmd::Component)],
+        groups: &[cmd::Group],
+        unusable: Vec<String>,
+    ) -> Result<Allocation, BackendError> {
+        // A request left pending by a salloc that was killed (a timeout
+        // of the caller) would start later and hold nodes for nobody.
+        for (_, c) in comps {
+            if c.state == "PENDING" {
+                let _ = self.ctl(&cmd::scancel_argv(&c.job.to_string())).await;
+            }
+        }
+        let o = &self.options;
+        let argv = cmd::salloc_argv(
+            &o.allocation_name,
+            o.partition.as_deref(),
+            o.time_limit.as_deref(),
+            &o.preempt_signal,
+            o.allocation_wait_s,
+            &o.salloc_args,
+            groups,
+        );
         let out = self
-            .ctl(&cmd::squeue_allocation_argv(name))
+            .spawned(&argv)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
             .await
-            .map_err(|m| controller_error("squeue", m))?;
-        let comps = cmd::parse_allocation(&out).map_err(|m| controller_error("squeue", m))?;
-        let running: Vec<_> = comps.iter().filter(|(_, c)| c.state == "RUNNING").collect();
-        let a = if let Some((leader, _)) = running.first() {
-            // Found again (Hadar restarted): its nodes.
-            let mut nodes = HashMap::new();
-            for (_, c) in comps.iter().filter(|(l, _)| l == leader) {
-                for n in &c.nodes {
-                    nodes.insert(n.clone(), raw_of(n));
-                }
-            }
-            let time_left = comps
-                .iter()
-                .find(|(_, c)| c.job == *leader)
-                .and_then(|(_, c)| c.time_left);
-            self.hold(&found, &nodes, time_left);
-            Allocation {
-                job: *leader,
-                nodes,
-                unusable,
-            }
-        } else {
-            // A request left pending by a salloc that was killed (a timeout
-            // of the caller) would start later and hold nodes for nobody.
-            for (_, c) in &comps {
-                if c.state == "PENDING" {
-                    let _ = self.ctl(&cmd::scancel_argv(&c.job.to_string())).await;
-                }
-            }
-            let o = &self.options;
-            let argv = cmd::salloc_argv(
-                name,
-                o.partition.as_deref(),
-                o.time_limit.as_deref(),
-                &o.preempt_signal,
-                o.allocation_wait_s,
-                &o.salloc_args,
-                &groups,
-            );
-            let out = self
-                .spawned(&argv)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .output()
-                .await
-                .map_err(|e| controller_error("salloc", format!("salloc: {e}")))?;
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let job = match (out.status.success(), cmd::parse_granted(&stderr)) {
-                (true, Some(job)) => job,
-                _ => {
-                    return Err(BackendError::Launch {
-                        node: groups[0].nodes[0].clone(),
-                        message: format!(
-                            "no allocation: `{}` said: {}",
-                            argv.join(" "),
-                            stderr.trim()
-                        ),
-                    })
-                }
-            };
-            self.allocations.fetch_add(1, Ordering::Relaxed);
-            let mut nodes = HashMap::new();
-            for g in &groups {
-                for n in &g.nodes {
-                    nodes.insert(n.clone(), g.raw_type.clone());
-                }
-            }
-            let time_left = self.time_left(job).await;
-            self.hold(&found, &nodes, time_left);
-            Allocation {
-                job,
-                nodes,
-                unusable,
+            .map_err(|e| controller_error("salloc", format!("salloc: {e}")))?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let job = match (out.status.success(), cmd::parse_granted(&stderr)) {
+            (true, Some(job)) => job,
+            _ => {
+                return Err(BackendError::Launch {
+                    node: groups[0].nodes[0].clone(),
+                    message: format!(
+                        "no allocation: `{}` said: {}",
+                        argv.join(" "),
+                        stderr.trim()
+                    ),
+                })
             }
         };
-        *held = Some(a.clone());
-        Ok(a)
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        let mut nodes = HashMap::new();
+        for g in groups {
+            for n in &g.nodes {
+                nodes.insert(n.clone(), g.raw_type.clone());
+            }
+        }
+        let time_left = self.time_left(job).await;
+        self.hold(found, &nodes, time_left);
+        Ok(Allocation {
+            job,
+            nodes,
+            unusable,
+        })
     }
 
     /// Starts the lease of an allocation over `nodes`.
@@ -861,120 +893,13 @@ impl SlurmBackend {
         world: usize,
     ) -> Result<String, BackendError> {
         let node = spec.placement[rank.node].node.as_str();
-        let dir = &spec.workdir;
-        let log = dir.join(log_name(rank.rank));
-        let n = rank.gpus.len() as u32;
-        let name = cmd::rank_step_name(&spec.token, rank.rank, rank.node, world);
-        let argv = cmd::srun_argv(&cmd::StepArgs {
-            job: a.job,
-            node,
-            gres: (n > 0).then(|| cmd::gres("", n)),
-            name: &name,
-            log: &log,
-            workdir: dir,
-            extra,
-            argv: &spec.argv,
-        });
-        let mut c = self.spawned(&argv);
-        for (k, v) in spec.rank_environment(rank) {
-            // Slurm sets the step's own GPUs.
-            if k == "CUDA_VISIBLE_DEVICES" && n > 0 {
-                continue;
-            }
-            c.env(k, v);
-        }
-        c.stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(false);
-        let mut srun = c.spawn().map_err(|e| BackendError::Launch {
-            node: node.into(),
-            message: format!("srun: {e} (is Slurm installed here?)"),
-        })?;
-        let said = Arc::new(Mutex::new(Said::default()));
-        let (tx, mut rx) = tokio::sync::watch::channel(());
-        if let Some(err) = srun.stderr.take() {
-            let said = said.clone();
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(err).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    {
-                        let mut s = said.lock().unwrap_or_else(|e| e.into_inner());
-                        if let Some(id) = cmd::parse_launching(&line) {
-                            s.step = Some(id);
-                        }
-                        s.started |= cmd::is_started(&line);
-                        if let Some(f) = cmd::parse_task_finish(&line) {
-                            s.finish = Some(f);
-                        }
-                        if !line.starts_with("srun:   ")
-                            && !line.contains(" : ")
-                            && s.lines.len() < 200
-                        {
-                            s.lines.push(line);
-                        }
-                    }
-                    let _ = tx.send(());
-                }
-                said.lock().unwrap_or_else(|e| e.into_inner()).eof = true;
-                let _ = tx.send(());
-            });
-        }
-        let failed = |said: &Said, why: &str| BackendError::Launch {
-            node: node.into(),
-            message: format!(
-                "{} `{}`: {}",
-                why,
-                spec.argv[0],
-                said.lines
-                    .iter()
-                    .filter(|l| l.contains("error") || l.contains("rror:"))
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
-        };
-        let deadline = Instant::now() + self.options.launch_timeout;
-        loop {
-            if said.lock().unwrap_or_else(|e| e.into_inner()).started {
-                break;
-            }
-            if let Ok(Some(_)) = srun.try_wait() {
-                let err = {
-                    let s = said.lock().unwrap_or_else(|e| e.into_inner());
-                    match s.lines.iter().find_map(|l| cmd::unreachable_node(l)) {
-                        Some(lost) => BackendError::Unreachable {
-                            node: lost,
-                            message: s.lines.join("; "),
-                        },
-                        None => failed(&s, "srun failed to start"),
-                    }
-                };
-                // A node that is gone is the likeliest cause: ask.
-                self.check_one(node, STOP_REFRESH).await?;
-                return Err(err);
-            }
-            if Instant::now() >= deadline {
-                self.abandon(&mut srun, &said).await;
-                let s = said.lock().unwrap_or_else(|e| e.into_inner());
-                return Err(failed(&s, "the step did not start in time"));
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(100), rx.changed()).await;
-        }
+        let log = spec.workdir.join(log_name(rank.rank));
+        let mut srun = self.spawn_srun(spec, a, extra, rank, world, &log)?;
+        let (said, mut rx) = follow_srun(&mut srun);
+        self.await_started(spec, node, &mut srun, &said, &mut rx)
+            .await?;
         // The task started; a command that cannot be executed fails at once.
-        let settle = Instant::now() + SETTLE;
-        while Instant::now() < settle {
-            if let Ok(Some(_)) = srun.try_wait() {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                if let Some(line) = text.lines().find(|l| l.contains("execve():")) {
-                    return Err(BackendError::Launch {
-                        node: node.into(),
-                        message: format!("{}: {}", spec.argv[0], line.trim()),
-                    });
-                }
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        check_executed(spec, node, &mut srun, &log).await?;
         let Some(id) = said.lock().unwrap_or_else(|e| e.into_inner()).step.clone() else {
             self.abandon(&mut srun, &said).await;
             return Err(BackendError::Launch {
@@ -998,6 +923,171 @@ impl SlurmBackend {
             .insert(id.clone(), Launched { srun, said });
         Ok(id)
     }
+
+    /// The srun of one rank of `spec` in allocation `a`, spawned with the
+    /// rank's environment, its output going to `log`.
+    fn spawn_srun(
+        &self,
+        spec: &TaskSpec,
+        a: &Allocation,
+        extra: &[String],
+        rank: &Rank,
+        world: usize,
+        log: &Path,
+    ) -> Result<tokio::process::Child, BackendError> {
+        let node = spec.placement[rank.node].node.as_str();
+        let dir = &spec.workdir;
+        let n = rank.gpus.len() as u32;
+        let name = cmd::rank_step_name(&spec.token, rank.rank, rank.node, world);
+        let argv = cmd::srun_argv(&cmd::StepArgs {
+            job: a.job,
+            node,
+            gres: (n > 0).then(|| cmd::gres("", n)),
+            name: &name,
+            log,
+            workdir: dir,
+            extra,
+            argv: &spec.argv,
+        });
+        let mut c = self.spawned(&argv);
+        for (k, v) in spec.rank_environment(rank) {
+            // Slurm sets the step's own GPUs.
+            if k == "CUDA_VISIBLE_DEVICES" && n > 0 {
+                continue;
+            }
+            c.env(k, v);
+        }
+        c.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(false);
+        c.spawn().map_err(|e| BackendError::Launch {
+            node: node.into(),
+            message: format!("srun: {e} (is Slurm installed here?)"),
+        })
+    }
+
+    /// Waits until srun says the rank's task started: an error if srun
+    /// ends first (the node checked: a node that is gone is the likeliest
+    /// cause) or if the launch timeout passes (the launch abandoned).
+    async fn await_started(
+        &self,
+        spec: &TaskSpec,
+        node: &str,
+        srun: &mut tokio::process::Child,
+        said: &Mutex<Said>,
+        rx: &mut tokio::sync::watch::Receiver<()>,
+    ) -> Result<(), BackendError> {
+        let deadline = Instant::now() + self.options.launch_timeout;
+        loop {
+            if said.lock().unwrap_or_else(|e| e.into_inner()).started {
+                return Ok(());
+            }
+            if let Ok(Some(_)) = srun.try_wait() {
+                let err = {
+                    let s = said.lock().unwrap_or_else(|e| e.into_inner());
+                    match s.lines.iter().find_map(|l| cmd::unreachable_node(l)) {
+                        Some(lost) => BackendError::Unreachable {
+                            node: lost,
+                            message: s.lines.join("; "),
+                        },
+                        None => launch_failed(spec, node, &s, "srun failed to start"),
+                    }
+                };
+                // A node that is gone is the likeliest cause: ask.
+                self.check_one(node, STOP_REFRESH).await?;
+                return Err(err);
+            }
+            if Instant::now() >= deadline {
+                self.abandon(srun, said).await;
+                let s = said.lock().unwrap_or_else(|e| e.into_inner());
+                return Err(launch_failed(
+                    spec,
+                    node,
+                    &s,
+                    "the step did not start in time",
+                ));
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), rx.changed()).await;
+        }
+    }
+}
+
+/// What srun says on its standard error, read as it comes by a task of its
+/// own; the receiver hears of each line read and of the end.
+fn follow_srun(
+    srun: &mut tokio::process::Child,
+) -> (Arc<Mutex<Said>>, tokio::sync::watch::Receiver<()>) {
+    let said = Arc::new(Mutex::new(Said::default()));
+    let (tx, rx) = tokio::sync::watch::channel(());
+    if let Some(err) = srun.stderr.take() {
+        let said = said.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(err).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                {
+                    let mut s = said.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(id) = cmd::parse_launching(&line) {
+                        s.step = Some(id);
+                    }
+                    s.started |= cmd::is_started(&line);
+                    if let Some(f) = cmd::parse_task_finish(&line) {
+                        s.finish = Some(f);
+                    }
+                    if !line.starts_with("srun:   ") && !line.contains(" : ") && s.lines.len() < 200
+                    {
+                        s.lines.push(line);
+                    }
+                }
+                let _ = tx.send(());
+            }
+            said.lock().unwrap_or_else(|e| e.into_inner()).eof = true;
+            let _ = tx.send(());
+        });
+    }
+    (said, rx)
+}
+
+/// A launch on `node` that failed for `why`, with the error lines srun said.
+fn launch_failed(spec: &TaskSpec, node: &str, said: &Said, why: &str) -> BackendError {
+    BackendError::Launch {
+        node: node.into(),
+        message: format!(
+            "{} `{}`: {}",
+            why,
+            spec.argv[0],
+            said.lines
+                .iter()
+                .filter(|l| l.contains("error") || l.contains("rror:"))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }
+}
+
+/// Watches a started step for [`SETTLE`]: a command that cannot be executed
+/// fails at once, and its srun ends with `execve()`'s error in the log.
+async fn check_executed(
+    spec: &TaskSpec,
+    node: &str,
+    srun: &mut tokio::process::Child,
+    log: &Path,
+) -> Result<(), BackendError> {
+    let settle = Instant::now() + SETTLE;
+    while Instant::now() < settle {
+        if let Ok(Some(_)) = srun.try_wait() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| l.contains("execve():")) {
+                return Err(BackendError::Launch {
+                    node: node.into(),
+                    message: format!("{}: {}", spec.argv[0], line.trim()),
+                });
+            }
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
 }
 
 fn controller_error(what: &str, message: String) -> BackendError {
