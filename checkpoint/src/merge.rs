@@ -153,6 +153,57 @@ pub fn merge_with<P: AsRef<Path>>(
     if total == 0 {
         return Err(MergeError::ZeroIterations);
     }
+    check_output(inputs, out)?;
+    let copies = inputs
+        .iter()
+        .map(|(p, _)| Checkpoint::open(p.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_same_tensors(&copies)?;
+
+    let weights: Vec<f64> = inputs
+        .iter()
+        .map(|(_, n)| *n as f64 / total as f64)
+        .collect();
+    let base = base_copy(inputs);
+    let contributors: Vec<(usize, f64)> = weights
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| **w > 0.0)
+        .map(|(i, w)| (i, *w))
+        .collect();
+    let averaging = contributors.len() > 1;
+    let base_ckpt = &copies[base];
+
+    // Decide every tensor before writing anything.
+    let plan = plan_tensors(&copies, base_ckpt, averaging)?;
+
+    let (tmp, parent) = temp_file_beside(out)?;
+    let (bytes_read, averaged) = write_tensors(
+        tmp.as_file(),
+        &copies,
+        base_ckpt,
+        &plan,
+        &contributors,
+        out,
+        options,
+    )?;
+    let bytes_written = persist(tmp, out, parent)?;
+    Ok(MergeReport {
+        out: out.to_path_buf(),
+        tensors: plan.len(),
+        averaged,
+        copied: plan.len() - averaged,
+        base: base_ckpt.path.clone(),
+        weights,
+        bytes_read,
+        bytes_written,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// An error unless `out` may be written: it is a regular file, a symlink
+/// or nothing, and none of the inputs.
+fn check_output<P: AsRef<Path>>(inputs: &[(P, u64)], out: &Path) -> Result<(), MergeError> {
     // The result is renamed into place: over a device, FIFO or directory
     // that would replace it (as root, /dev/full became a regular file).
     if let Ok(m) = std::fs::symlink_metadata(out) {
@@ -175,33 +226,28 @@ pub fn merge_with<P: AsRef<Path>>(
             });
         }
     }
-    let copies = inputs
-        .iter()
-        .map(|(p, _)| Checkpoint::open(p.as_ref()))
-        .collect::<Result<Vec<_>, _>>()?;
-    check_same_tensors(&copies)?;
+    Ok(())
+}
 
-    let weights: Vec<f64> = inputs
-        .iter()
-        .map(|(_, n)| *n as f64 / total as f64)
-        .collect();
-    // The first copy with the most iterations.
+/// The first copy with the most iterations.
+fn base_copy<P>(inputs: &[(P, u64)]) -> usize {
     let mut base = 0;
     for (i, (_, n)) in inputs.iter().enumerate() {
         if *n > inputs[base].1 {
             base = i;
         }
     }
-    let contributors: Vec<(usize, f64)> = weights
-        .iter()
-        .enumerate()
-        .filter(|(_, w)| **w > 0.0)
-        .map(|(i, w)| (i, *w))
-        .collect();
-    let averaging = contributors.len() > 1;
-    let base_ckpt = &copies[base];
+    base
+}
 
-    // Decide every tensor before writing anything.
+/// Each tensor of the base copy, in its order, with the scalar it is
+/// averaged in (`None`: taken from the base copy); an error for a dtype that
+/// cannot be averaged when `averaging` (two or more copies have iterations).
+fn plan_tensors<'a>(
+    copies: &[Checkpoint],
+    base_ckpt: &'a Checkpoint,
+    averaging: bool,
+) -> Result<Vec<(&'a Entry, Option<Scalar>)>, MergeError> {
     let mut plan = Vec::with_capacity(base_ckpt.entries.len());
     for entry in &base_ckpt.entries {
         let c = match class(entry.dtype) {
@@ -217,11 +263,21 @@ pub fn merge_with<P: AsRef<Path>>(
         };
         plan.push((entry, c));
     }
+    Ok(plan)
+}
 
-    let write_err = |source| MergeError::Write {
+/// The error of writing `out`, from an I/O error.
+fn write_error(out: &Path) -> impl Fn(std::io::Error) -> MergeError + '_ {
+    |source| MergeError::Write {
         path: out.to_path_buf(),
         source,
-    };
+    }
+}
+
+/// The temporary file the result is written to, in `out`'s directory
+/// (returned too) so that it can be renamed over `out`.
+fn temp_file_beside(out: &Path) -> Result<(tempfile::NamedTempFile, &Path), MergeError> {
+    let write_err = write_error(out);
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -238,70 +294,80 @@ pub fn merge_with<P: AsRef<Path>>(
     // A plain new file's permissions (0666 less the umask), not tempfile's 0600.
     #[cfg(unix)]
     builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let tmp = builder.tempfile_in(parent).map_err(write_err)?;
+    let tmp = builder.tempfile_in(parent).map_err(&write_err)?;
+    Ok((tmp, parent))
+}
 
+/// Writes the base copy's header, then each tensor of `plan` averaged over
+/// the `contributors` (copy, weight) or taken from the base copy, to
+/// `file`; the tensor bytes read and the number of tensors averaged.
+fn write_tensors(
+    file: &File,
+    copies: &[Checkpoint],
+    base_ckpt: &Checkpoint,
+    plan: &[(&Entry, Option<Scalar>)],
+    contributors: &[(usize, f64)],
+    out: &Path,
+    options: &MergeOptions,
+) -> Result<(u64, usize), MergeError> {
+    let write_err = write_error(out);
     let mut bufs = Buffers::default();
     let mut bytes_read = 0u64;
     let mut averaged = 0;
-    {
-        let mut w = BufWriter::with_capacity(1 << 16, tmp.as_file());
-        w.write_all(&base_ckpt.header).map_err(write_err)?;
-        for (entry, scalar) in &plan {
-            match scalar {
-                Some(s) => {
-                    averaged += 1;
-                    let sources: Vec<(&Checkpoint, &Entry, f64)> = contributors
-                        .iter()
-                        .map(|&(i, wt)| {
-                            let c = &copies[i];
-                            // Checked by check_same_tensors.
-                            let e = c.get(&entry.name).unwrap_or(entry);
-                            (c, e, wt)
-                        })
-                        .collect();
-                    bytes_read += average(
-                        *s,
-                        entry.len,
-                        &sources,
-                        &mut w,
-                        &mut bufs,
-                        options.chunk_elements.max(1),
-                    )
-                    .map_err(|e| e.into_merge_error(out, &entry.name))?;
-                }
-                None => {
-                    bytes_read += take(
-                        base_ckpt,
-                        entry,
-                        &mut w,
-                        &mut bufs,
-                        options.chunk_elements.max(1) * 4,
-                    )
-                    .map_err(|e| e.into_merge_error(out, &entry.name))?;
-                }
+    let mut w = BufWriter::with_capacity(1 << 16, file);
+    w.write_all(&base_ckpt.header).map_err(&write_err)?;
+    for (entry, scalar) in plan {
+        match scalar {
+            Some(s) => {
+                averaged += 1;
+                let sources: Vec<(&Checkpoint, &Entry, f64)> = contributors
+                    .iter()
+                    .map(|&(i, wt)| {
+                        let c = &copies[i];
+                        // Checked by check_same_tensors.
+                        let e = c.get(&entry.name).unwrap_or(entry);
+                        (c, e, wt)
+                    })
+                    .collect();
+                bytes_read += average(
+                    *s,
+                    entry.len,
+                    &sources,
+                    &mut w,
+                    &mut bufs,
+                    options.chunk_elements.max(1),
+                )
+                .map_err(|e| e.into_merge_error(out, &entry.name))?;
+            }
+            None => {
+                bytes_read += take(
+                    base_ckpt,
+                    entry,
+                    &mut w,
+                    &mut bufs,
+                    options.chunk_elements.max(1) * 4,
+                )
+                .map_err(|e| e.into_merge_error(out, &entry.name))?;
             }
         }
-        w.flush().map_err(write_err)?;
     }
-    tmp.as_file().sync_all().map_err(write_err)?;
-    let bytes_written = tmp.as_file().metadata().map_err(write_err)?.len();
+    w.flush().map_err(&write_err)?;
+    Ok((bytes_read, averaged))
+}
+
+/// Syncs the written `tmp` and renames it over `out` (in `parent`); the
+/// size of the file written.
+fn persist(tmp: tempfile::NamedTempFile, out: &Path, parent: &Path) -> Result<u64, MergeError> {
+    let write_err = write_error(out);
+    tmp.as_file().sync_all().map_err(&write_err)?;
+    let bytes_written = tmp.as_file().metadata().map_err(&write_err)?.len();
     tmp.persist(out).map_err(|e| write_err(e.error))?;
     // Make the rename durable too. Best effort: `out` is complete either way.
     #[cfg(unix)]
     if let Ok(dir) = File::open(parent) {
         let _ = dir.sync_all();
     }
-    Ok(MergeReport {
-        out: out.to_path_buf(),
-        tensors: plan.len(),
-        averaged,
-        copied: plan.len() - averaged,
-        base: base_ckpt.path.clone(),
-        weights,
-        bytes_read,
-        bytes_written,
-        elapsed: started.elapsed(),
-    })
+    Ok(bytes_written)
 }
 
 /// Whether `a` and `b` are the same existing file.
