@@ -282,6 +282,21 @@ fn finish(imported: Imported, args: &CommonArgs) -> Result<(), CliError> {
 /// The summary for a human, and the command that simulates the import.
 fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
     let mut o = String::new();
+    render_jobs(&mut o, s);
+    render_placement(&mut o, s);
+    render_types(&mut o, s);
+    render_simulate(&mut o, s, dir, has_cluster);
+    o
+}
+
+/// `m`'s items, comma separated.
+fn joined(m: Vec<String>) -> String {
+    m.join(", ")
+}
+
+/// The summary's lines on the jobs: how many were imported and left out
+/// (and why), how they ended, and their gangs.
+fn render_jobs(o: &mut String, s: &ImportSummary) {
     let dropped = s.jobs_read - s.jobs;
     let _ = writeln!(
         o,
@@ -296,11 +311,10 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
             .collect();
         let _ = writeln!(o, "  left out   {dropped}: {}", why.join("; "));
     }
-    let list = |m: Vec<String>| m.join(", ");
     let _ = writeln!(
         o,
         "  ended      {}",
-        list(
+        joined(
             s.status
                 .iter()
                 .map(|(k, n)| format!("{} {n}", k.name()))
@@ -310,7 +324,7 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
     let _ = writeln!(
         o,
         "  gangs      {} (largest {})",
-        list(
+        joined(
             s.gangs
                 .iter()
                 .map(|(g, n)| format!("{g} GPU{}: {n}", if *g == 1 { "" } else { "s" }))
@@ -318,6 +332,11 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
         ),
         s.largest_gang
     );
+}
+
+/// The summary's lines on where the jobs ran (and what was assumed of it),
+/// their limits and their span.
+fn render_placement(o: &mut String, s: &ImportSummary) {
     let assumed = if s.ran_on_assumed == 0 {
         String::new()
     } else if s.ran_on_assumed == s.jobs {
@@ -334,7 +353,7 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
     let _ = writeln!(
         o,
         "  ran on     {}{assumed}",
-        list(s.ran_on.iter().map(|(t, n)| format!("{t} {n}")).collect())
+        joined(s.ran_on.iter().map(|(t, n)| format!("{t} {n}")).collect())
     );
     let _ = writeln!(
         o,
@@ -347,10 +366,15 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
         s.span_s / 86_400.0,
         s.gpu_hours
     );
+}
+
+/// The summary's lines on the GPU types: their speeds, the cluster's
+/// GPUs, and the notes of the import.
+fn render_types(o: &mut String, s: &ImportSummary) {
     let _ = writeln!(
         o,
         "  speeds     {}",
-        list(
+        joined(
             s.types
                 .iter()
                 .map(|t| format!(
@@ -368,7 +392,7 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
             o,
             "  cluster    {} nodes, {gpus} GPUs: {}",
             s.cluster_nodes,
-            list(
+            joined(
                 s.cluster_gpus
                     .iter()
                     .map(|(t, n)| format!("{t} {n}"))
@@ -384,6 +408,10 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
     for n in &s.notes {
         let _ = writeln!(o, "  note: {}", escape(n));
     }
+}
+
+/// Where the import was written and the command that simulates it.
+fn render_simulate(o: &mut String, s: &ImportSummary, dir: &Path, has_cluster: bool) {
     let q = |p: PathBuf| {
         shlex::try_quote(&p.display().to_string())
             .map_or_else(|_| p.display().to_string(), |c| c.into_owned())
@@ -406,5 +434,4 @@ fn render(s: &ImportSummary, dir: &Path, has_cluster: bool) -> String {
     if !has_cluster {
         o.push_str("  (the trace has no machine list: that cluster holds, of each type, the most GPUs its jobs held at once\n   had each started at its submission, so nothing would wait; give your own to see queueing)\n");
     }
-    o
 }
