@@ -164,16 +164,7 @@ pub struct SweepArgs {
 pub fn run(args: SweepArgs) -> Result<(), CliError> {
     super::check_round_seconds(args.round_seconds)?;
     let kinds = policies(&args.policy)?;
-    if args.window.1 > args.jobs {
-        return Err(CliError::Input(format!(
-            "--window {}..{} reaches past the {} jobs of each trace: raise --jobs (to about \
-             {} or more, so that the cluster stays loaded while the window's jobs run)",
-            args.window.0,
-            args.window.1,
-            args.jobs,
-            args.window.1 + (args.window.1 - args.window.0)
-        )));
-    }
+    check_window(&args)?;
     let sweep = build(&args)?;
     let grid = Sweep::points(&kinds, &args.loads, &args.seeds);
     check_traces(&sweep, &args.loads, &args.seeds)?;
@@ -182,25 +173,7 @@ pub fn run(args: SweepArgs) -> Result<(), CliError> {
     let shown = crate::report::escape(&dir.display().to_string());
     let (_lock, saved) = open_dir(dir, &fingerprint, args.fresh)?;
 
-    let have: HashSet<String> = saved.iter().map(|r| key(&r.point)).collect();
-    let todo: Vec<Point> = grid
-        .iter()
-        .filter(|p| !have.contains(&key(p)))
-        .cloned()
-        .collect();
-    let asked_done = grid.len() - todo.len();
-    let earlier = saved.len() - asked_done;
-    if !args.json && (asked_done > 0 || earlier > 0) {
-        eprintln!(
-            "resuming: {asked_done} of the {} runs asked are already in {shown}{}",
-            grid.len(),
-            if earlier > 0 {
-                format!(" (and {earlier} more of earlier sweeps there, kept in the results)")
-            } else {
-                String::new()
-            }
-        );
-    }
+    let todo = still_to_run(&grid, &saved, &shown, !args.json);
     let threads = args.threads.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         |n| n as usize,
@@ -212,16 +185,7 @@ pub fn run(args: SweepArgs) -> Result<(), CliError> {
 
     sort_points(&mut results, &kinds);
     let curves = curves(&results);
-    let report = json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "settings": fingerprint,
-        "inputs": { "cluster": args.cluster, "throughputs": args.throughputs },
-        "asked": { "policies": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
-                   "loads": args.loads, "seeds": args.seeds },
-        "curves": curves,
-        "points": results,
-        "failed": failures.iter().map(|(p, e)| json!({"point": p, "error": e.to_string()})).collect::<Vec<_>>(),
-    });
+    let report = report(&args, &kinds, &fingerprint, &curves, &results, &failures);
     write_results(dir, &report, &curves)?;
     if args.json {
         println!("{}", pretty(&report));
@@ -248,6 +212,68 @@ pub fn run(args: SweepArgs) -> Result<(), CliError> {
         None => Ok(()),
         Some((_, e)) => Err(e),
     }
+}
+
+/// An error unless the JCT window lies within each trace's jobs.
+fn check_window(args: &SweepArgs) -> Result<(), CliError> {
+    if args.window.1 > args.jobs {
+        return Err(CliError::Input(format!(
+            "--window {}..{} reaches past the {} jobs of each trace: raise --jobs (to about \
+             {} or more, so that the cluster stays loaded while the window's jobs run)",
+            args.window.0,
+            args.window.1,
+            args.jobs,
+            args.window.1 + (args.window.1 - args.window.0)
+        )));
+    }
+    Ok(())
+}
+
+/// The points of `grid` not `saved` in the directory (`shown`, as
+/// printed) yet; says, when `tell`, how many runs are resumed.
+fn still_to_run(grid: &[Point], saved: &[PointResult], shown: &str, tell: bool) -> Vec<Point> {
+    let have: HashSet<String> = saved.iter().map(|r| key(&r.point)).collect();
+    let todo: Vec<Point> = grid
+        .iter()
+        .filter(|p| !have.contains(&key(p)))
+        .cloned()
+        .collect();
+    let asked_done = grid.len() - todo.len();
+    let earlier = saved.len() - asked_done;
+    if tell && (asked_done > 0 || earlier > 0) {
+        eprintln!(
+            "resuming: {asked_done} of the {} runs asked are already in {shown}{}",
+            grid.len(),
+            if earlier > 0 {
+                format!(" (and {earlier} more of earlier sweeps there, kept in the results)")
+            } else {
+                String::new()
+            }
+        );
+    }
+    todo
+}
+
+/// sweep.json's content: the settings and inputs, what was asked, the
+/// curves, every run and the runs that failed.
+fn report(
+    args: &SweepArgs,
+    kinds: &[PolicyKind],
+    fingerprint: &Value,
+    curves: &[CurvePoint],
+    results: &[PointResult],
+    failures: &[(Point, CliError)],
+) -> Value {
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "settings": fingerprint,
+        "inputs": { "cluster": args.cluster, "throughputs": args.throughputs },
+        "asked": { "policies": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+                   "loads": args.loads, "seeds": args.seeds },
+        "curves": curves,
+        "points": results,
+        "failed": failures.iter().map(|(p, e)| json!({"point": p, "error": e.to_string()})).collect::<Vec<_>>(),
+    })
 }
 
 /// The policies asked, each once; an empty name (a trailing comma) is
