@@ -171,20 +171,7 @@ impl ThroughputTable {
             .headers()
             .map_err(|e| Error::parse(location.line(1), e.to_string()))?
             .clone();
-        const COLUMNS: [&str; 4] = ["model", "scale_factor", "gpu_type", "steps_per_second"];
-        let mut idx = [0usize; 4];
-        for (i, name) in COLUMNS.iter().enumerate() {
-            idx[i] = headers.iter().position(|h| h == *name).ok_or_else(|| {
-                Error::parse(
-                    location.line(1).field(*name),
-                    format!(
-                        "missing column; the header must name {} (found: {})",
-                        COLUMNS.join(","),
-                        headers.iter().collect::<Vec<_>>().join(",")
-                    ),
-                )
-            })?;
-        }
+        let idx = csv_columns(&headers, &location)?;
         let mut by_type: BTreeMap<String, HashMap<JobKey, Rates>> = BTreeMap::new();
         for record in reader.records() {
             let record = record.map_err(|e| {
@@ -193,38 +180,7 @@ impl ThroughputTable {
             })?;
             let line = record.position().map_or(0, |p| p.line() as usize);
             let at = location.line(line);
-            let model = record[idx[0]].to_string();
-            if model.is_empty() {
-                return Err(Error::parse(at.field("model"), "empty model name"));
-            }
-            let scale_factor: u32 =
-                record[idx[1]]
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| {
-                        Error::parse(
-                            at.field("scale_factor"),
-                            format!(
-                                "`{}` is not a gang size (a whole number >= 1)",
-                                &record[idx[1]]
-                            ),
-                        )
-                    })?;
-            let gpu = record[idx[2]].to_string();
-            if gpu.is_empty() {
-                return Err(Error::parse(at.field("gpu_type"), "empty GPU type"));
-            }
-            let rate: f64 = record[idx[3]].parse().ok().and_then(rate).ok_or_else(|| {
-                Error::parse(
-                    at.field("steps_per_second"),
-                    format!("`{}` is not {A_RATE}", &record[idx[3]]),
-                )
-            })?;
-            let key = JobKey {
-                model,
-                scale_factor,
-            };
+            let (gpu, key, rate) = csv_rate(&record, &idx, &at)?;
             let entry = by_type.entry(gpu).or_default();
             if entry.contains_key(&key) {
                 return Err(Error::parse(
@@ -373,7 +329,6 @@ impl std::fmt::Debug for ThroughputTable {
     }
 }
 
-/// Parses `('<model>', <sf>)`.
 /// The most iterations per second a rate may claim: far above any real
 /// job's, and far below where the LP's arithmetic breaks (a rate of 5e307
 /// tripped the solver's assertion).
@@ -387,6 +342,68 @@ pub fn rate(x: f64) -> Option<f64> {
     (x.is_finite() && (0.0..=MAX_RATE).contains(&x)).then_some(x)
 }
 
+/// Where the CSV header puts each of `model`, `scale_factor`, `gpu_type`
+/// and `steps_per_second`, in that order.
+fn csv_columns(headers: &csv::StringRecord, location: &Location) -> Result<[usize; 4]> {
+    const COLUMNS: [&str; 4] = ["model", "scale_factor", "gpu_type", "steps_per_second"];
+    let mut idx = [0usize; 4];
+    for (i, name) in COLUMNS.iter().enumerate() {
+        idx[i] = headers.iter().position(|h| h == *name).ok_or_else(|| {
+            Error::parse(
+                location.line(1).field(*name),
+                format!(
+                    "missing column; the header must name {} (found: {})",
+                    COLUMNS.join(","),
+                    headers.iter().collect::<Vec<_>>().join(",")
+                ),
+            )
+        })?;
+    }
+    Ok(idx)
+}
+
+/// One CSV line (at `at`, its columns at `idx`): its GPU type, job key and
+/// rate, each checked.
+fn csv_rate(
+    record: &csv::StringRecord,
+    idx: &[usize; 4],
+    at: &Location,
+) -> Result<(String, JobKey, f64)> {
+    let model = record[idx[0]].to_string();
+    if model.is_empty() {
+        return Err(Error::parse(at.field("model"), "empty model name"));
+    }
+    let scale_factor: u32 = record[idx[1]]
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            Error::parse(
+                at.field("scale_factor"),
+                format!(
+                    "`{}` is not a gang size (a whole number >= 1)",
+                    &record[idx[1]]
+                ),
+            )
+        })?;
+    let gpu = record[idx[2]].to_string();
+    if gpu.is_empty() {
+        return Err(Error::parse(at.field("gpu_type"), "empty GPU type"));
+    }
+    let rate: f64 = record[idx[3]].parse().ok().and_then(rate).ok_or_else(|| {
+        Error::parse(
+            at.field("steps_per_second"),
+            format!("`{}` is not {A_RATE}", &record[idx[3]]),
+        )
+    })?;
+    let key = JobKey {
+        model,
+        scale_factor,
+    };
+    Ok((gpu, key, rate))
+}
+
+/// Parses `('<model>', <sf>)`.
 fn parse_gavel_key(key: &str) -> Option<JobKey> {
     let inner = key.strip_prefix("('")?.strip_suffix(')')?;
     let (model, sf) = inner.rsplit_once("', ")?;
