@@ -64,20 +64,7 @@ pub fn parse_trace(text: &str, source: &str) -> Result<(Vec<Job>, TraceFormat)> 
             continue;
         }
         let cols: Vec<&str> = line.split('\t').collect();
-        let this = match cols.len() {
-            10 => TraceFormat::TenColumn,
-            7 => TraceFormat::SevenColumn,
-            n => {
-                return Err(Error::parse(
-                    at,
-                    format!(
-                        "{n} tab-separated columns; expected 10 ({}) or the legacy 7 ({})",
-                        TEN.join(", "),
-                        SEVEN.join(", ")
-                    ),
-                ))
-            }
-        };
+        let this = columns_format(cols.len(), &at)?;
         let format = *format.get_or_insert(this);
         if this != format {
             return Err(Error::parse(
@@ -94,44 +81,7 @@ pub fn parse_trace(text: &str, source: &str) -> Result<(Vec<Job>, TraceFormat)> 
             ));
         }
         let id = JobId(jobs.len() as u32);
-        let job = match format {
-            TraceFormat::TenColumn => Job {
-                id,
-                job_type: non_empty(cols[0], &at, TEN[0])?,
-                launch: Launch {
-                    command: cols[1].to_string(),
-                    working_directory: cols[2].to_string(),
-                    num_steps_arg: cols[3].to_string(),
-                    needs_data_dir: parse_bool(cols[4], &at, TEN[4])?,
-                },
-                total_steps: parse_steps(cols[5], &at, TEN[5])?,
-                scale_factor: parse_scale(cols[6], &at, TEN[6])?,
-                priority_weight: parse_positive(cols[7], &at, TEN[7])?,
-                slo_s: parse_slo(cols[8], &at)?,
-                restart_s: None,
-                arrival_s: parse_time(cols[9], &at, TEN[9])?,
-                batch: BatchInfo::default(),
-                placement: crate::job::Placement::default(),
-            },
-            TraceFormat::SevenColumn => Job {
-                id,
-                job_type: non_empty(cols[0], &at, SEVEN[0])?,
-                launch: Launch {
-                    command: cols[1].to_string(),
-                    working_directory: String::new(),
-                    num_steps_arg: cols[2].to_string(),
-                    needs_data_dir: parse_bool(cols[3], &at, SEVEN[3])?,
-                },
-                total_steps: parse_steps(cols[4], &at, SEVEN[4])?,
-                arrival_s: parse_time(cols[5], &at, SEVEN[5])?,
-                scale_factor: parse_scale(cols[6], &at, SEVEN[6])?,
-                priority_weight: 1.0,
-                slo_s: None,
-                restart_s: None,
-                batch: BatchInfo::default(),
-                placement: crate::job::Placement::default(),
-            },
-        };
+        let job = parse_job(format, id, &cols, &at)?;
         if job.arrival_s < last_arrival {
             return Err(Error::parse(
                 at.field("arrival_time"),
@@ -147,6 +97,64 @@ pub fn parse_trace(text: &str, source: &str) -> Result<(Vec<Job>, TraceFormat)> 
     let format = format
         .ok_or_else(|| Error::parse(location, "the trace is empty; expected one job per line"))?;
     Ok((jobs, format))
+}
+
+/// The format of a line of `n` tab-separated columns (the line at `at`).
+fn columns_format(n: usize, at: &Location) -> Result<TraceFormat> {
+    match n {
+        10 => Ok(TraceFormat::TenColumn),
+        7 => Ok(TraceFormat::SevenColumn),
+        n => Err(Error::parse(
+            at.clone(),
+            format!(
+                "{n} tab-separated columns; expected 10 ({}) or the legacy 7 ({})",
+                TEN.join(", "),
+                SEVEN.join(", ")
+            ),
+        )),
+    }
+}
+
+/// Job `id` from the columns `cols` of a line (at `at`) in `format`.
+fn parse_job(format: TraceFormat, id: JobId, cols: &[&str], at: &Location) -> Result<Job> {
+    Ok(match format {
+        TraceFormat::TenColumn => Job {
+            id,
+            job_type: non_empty(cols[0], at, TEN[0])?,
+            launch: Launch {
+                command: cols[1].to_string(),
+                working_directory: cols[2].to_string(),
+                num_steps_arg: cols[3].to_string(),
+                needs_data_dir: parse_bool(cols[4], at, TEN[4])?,
+            },
+            total_steps: parse_steps(cols[5], at, TEN[5])?,
+            scale_factor: parse_scale(cols[6], at, TEN[6])?,
+            priority_weight: parse_positive(cols[7], at, TEN[7])?,
+            slo_s: parse_slo(cols[8], at)?,
+            restart_s: None,
+            arrival_s: parse_time(cols[9], at, TEN[9])?,
+            batch: BatchInfo::default(),
+            placement: crate::job::Placement::default(),
+        },
+        TraceFormat::SevenColumn => Job {
+            id,
+            job_type: non_empty(cols[0], at, SEVEN[0])?,
+            launch: Launch {
+                command: cols[1].to_string(),
+                working_directory: String::new(),
+                num_steps_arg: cols[2].to_string(),
+                needs_data_dir: parse_bool(cols[3], at, SEVEN[3])?,
+            },
+            total_steps: parse_steps(cols[4], at, SEVEN[4])?,
+            arrival_s: parse_time(cols[5], at, SEVEN[5])?,
+            scale_factor: parse_scale(cols[6], at, SEVEN[6])?,
+            priority_weight: 1.0,
+            slo_s: None,
+            restart_s: None,
+            batch: BatchInfo::default(),
+            placement: crate::job::Placement::default(),
+        },
+    })
 }
 
 /// Writes jobs in the 10-column format, as Gavel's generator does.
