@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::read::{self, Header, Table};
+use super::read::{self, Header, Row, Table};
 use super::{Dropped, Imported, Status, TraceJob, TraceNode};
 use crate::error::{Error, Result};
 
@@ -25,15 +25,8 @@ pub fn import(pods: &str, source: &str, nodes: Option<(&str, &str)>) -> Result<I
     let mut out = Imported::new("openb", DEFAULT_TYPE);
     if let Some((text, node_source)) = nodes {
         out.nodes = read_nodes(text, node_source)?;
-        let mut by_type: BTreeMap<&str, u64> = BTreeMap::new();
-        for n in &out.nodes {
-            *by_type.entry(&n.gpu_type).or_default() += u64::from(n.gpus);
-        }
-        if let Some((t, _)) = by_type
-            .iter()
-            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        {
-            out.default_type = t.to_string();
+        if let Some(t) = most_gpus_type(&out.nodes) {
+            out.default_type = t;
         }
     }
     let table = Table::parse(pods, source, Header::Required)?;
@@ -44,82 +37,153 @@ pub fn import(pods: &str, source: &str, nodes: Option<(&str, &str)>) -> Result<I
             "no scheduled_time, deletion_time or creation_time column: a sampled pod list without times (openb_pod_list_multigpu50.csv and the like) cannot be simulated; import openb_pod_list_default.csv or another with times (a node list goes to --nodes)",
         ));
     }
-    let [name, num_gpu, milli, phase, scheduled, deletion] = table.columns([
-        "name",
-        "num_gpu",
-        "gpu_milli",
-        "pod_phase",
-        "scheduled_time",
-        "deletion_time",
-    ])?;
-    let creation = table.columns(["creation_time"])?[0];
-    let spec = table.optional("gpu_spec");
+    let columns = PodColumns::of(&table)?;
     for row in table.rows() {
         let row = row?;
-        let job = (|| -> Result<std::result::Result<TraceJob, Dropped>> {
-            let n = row.number(num_gpu)?.unwrap_or(0.0);
-            let m = row.number(milli)?.unwrap_or(1000.0);
-            if n < 0.0 || n.fract() != 0.0 || !(0.0..=1000.0).contains(&m) {
-                return Err(Error::parse(
-                    row.at(if n < 0.0 || n.fract() != 0.0 { num_gpu } else { milli }),
-                    format!("num_gpu {n}, gpu_milli {m}: expected a whole number of GPUs and a share of 0 to 1000"),
-                ));
-            }
-            let gpus = if n == 1.0 { m / 1000.0 } else { n };
-            if gpus == 0.0 {
-                return Ok(Err(Dropped::NoGpu));
-            }
-            let status = match row.get(phase) {
-                "Succeeded" => Status::Completed,
-                "Failed" => Status::Failed,
-                "Running" => Status::Running,
-                "Pending" => return Ok(Err(Dropped::NeverRan)),
-                other => {
-                    return Err(Error::parse(
-                        row.at(phase),
-                        format!(
-                        "`{}` is not a pod phase; expected Succeeded, Failed, Running or Pending",
-                        read::escape(other)
-                    ),
-                    ))
-                }
-            };
-            let Some(start) = row.number(scheduled)? else {
-                return Ok(Err(Dropped::NeverRan));
-            };
-            let Some(end) = row.number(deletion)? else {
-                return Ok(Err(Dropped::NoEnd));
-            };
-            if end <= start {
-                return Ok(Err(Dropped::NoRunTime));
-            }
-            let accepts = match spec.map(|s| row.get(s)).filter(|s| !read::missing(s)) {
-                Some(s) => {
-                    let types: Vec<String> = s.split('|').map(|t| t.trim().to_string()).collect();
-                    for t in &types {
-                        read::type_name(t, &row.at(spec.unwrap_or(0)))?;
-                    }
-                    Some(types)
-                }
-                None => None,
-            };
-            Ok(Ok(TraceJob {
-                id: row.get(name).to_string(),
-                family: String::new(),
-                gpus,
-                submit_s: row.number(creation)?.unwrap_or(start),
-                run_s: end - start,
-                ran_on: accepts.as_ref().and_then(|a| a.first().cloned()),
-                accepts,
-                status,
-            }))
-        })()?;
+        let job = read_pod(&row, &columns)?;
         out.keep(job);
     }
     out.notes.push(
         "a pod's type is not in the trace: counted as the first type its gpu_spec accepts, else the type with the most GPUs".into(),
     );
     Ok(out)
+}
+
+/// The type with the most GPUs in the node list (the first by name on a
+/// tie); `None` for no nodes.
+fn most_gpus_type(nodes: &[TraceNode]) -> Option<String> {
+    let mut by_type: BTreeMap<&str, u64> = BTreeMap::new();
+    for n in nodes {
+        *by_type.entry(&n.gpu_type).or_default() += u64::from(n.gpus);
+    }
+    by_type
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(t, _)| t.to_string())
+}
+
+/// Where the pod list has the columns a pod is read from.
+#[derive(Debug, Clone, Copy)]
+struct PodColumns {
+    name: usize,
+    num_gpu: usize,
+    milli: usize,
+    phase: usize,
+    scheduled: usize,
+    deletion: usize,
+    creation: usize,
+    /// `gpu_spec`, which a pod list may lack.
+    spec: Option<usize>,
+}
+
+impl PodColumns {
+    /// The columns of `table`; an error naming the first one it lacks.
+    fn of(table: &Table) -> Result<Self> {
+        let [name, num_gpu, milli, phase, scheduled, deletion] = table.columns([
+            "name",
+            "num_gpu",
+            "gpu_milli",
+            "pod_phase",
+            "scheduled_time",
+            "deletion_time",
+        ])?;
+        let creation = table.columns(["creation_time"])?[0];
+        let spec = table.optional("gpu_spec");
+        Ok(Self {
+            name,
+            num_gpu,
+            milli,
+            phase,
+            scheduled,
+            deletion,
+            creation,
+            spec,
+        })
+    }
+}
+
+/// One pod as a job, or why it is left out.
+fn read_pod(row: &Row, c: &PodColumns) -> Result<std::result::Result<TraceJob, Dropped>> {
+    let PodColumns {
+        name,
+        num_gpu,
+        milli,
+        phase,
+        scheduled,
+        deletion,
+        creation,
+        spec,
+    } = *c;
+    let gpus = pod_gpus(row, num_gpu, milli)?;
+    if gpus == 0.0 {
+        return Ok(Err(Dropped::NoGpu));
+    }
+    let status = match row.get(phase) {
+        "Succeeded" => Status::Completed,
+        "Failed" => Status::Failed,
+        "Running" => Status::Running,
+        "Pending" => return Ok(Err(Dropped::NeverRan)),
+        other => {
+            return Err(Error::parse(
+                row.at(phase),
+                format!(
+                    "`{}` is not a pod phase; expected Succeeded, Failed, Running or Pending",
+                    read::escape(other)
+                ),
+            ))
+        }
+    };
+    let Some(start) = row.number(scheduled)? else {
+        return Ok(Err(Dropped::NeverRan));
+    };
+    let Some(end) = row.number(deletion)? else {
+        return Ok(Err(Dropped::NoEnd));
+    };
+    if end <= start {
+        return Ok(Err(Dropped::NoRunTime));
+    }
+    let accepts = pod_accepts(row, spec)?;
+    Ok(Ok(TraceJob {
+        id: row.get(name).to_string(),
+        family: String::new(),
+        gpus,
+        submit_s: row.number(creation)?.unwrap_or(start),
+        run_s: end - start,
+        ran_on: accepts.as_ref().and_then(|a| a.first().cloned()),
+        accepts,
+        status,
+    }))
+}
+
+/// The GPUs a pod asks for: `num_gpu`, or with `num_gpu` 1 its
+/// `gpu_milli` share of one GPU (columns `num_gpu` and `milli`).
+fn pod_gpus(row: &Row, num_gpu: usize, milli: usize) -> Result<f64> {
+    let n = row.number(num_gpu)?.unwrap_or(0.0);
+    let m = row.number(milli)?.unwrap_or(1000.0);
+    if n < 0.0 || n.fract() != 0.0 || !(0.0..=1000.0).contains(&m) {
+        return Err(Error::parse(
+            row.at(if n < 0.0 || n.fract() != 0.0 { num_gpu } else { milli }),
+            format!("num_gpu {n}, gpu_milli {m}: expected a whole number of GPUs and a share of 0 to 1000"),
+        ));
+    }
+    Ok(if n == 1.0 { m / 1000.0 } else { n })
+}
+
+/// The GPU types a pod accepts (its `gpu_spec`, column `spec`); `None` for
+/// any type.
+fn pod_accepts(row: &Row, spec: Option<usize>) -> Result<Option<Vec<String>>> {
+    Ok(
+        match spec.map(|s| row.get(s)).filter(|s| !read::missing(s)) {
+            Some(s) => {
+                let types: Vec<String> = s.split('|').map(|t| t.trim().to_string()).collect();
+                for t in &types {
+                    read::type_name(t, &row.at(spec.unwrap_or(0)))?;
+                }
+                Some(types)
+            }
+            None => None,
+        },
+    )
 }
 
 /// `openb_node_list_*.csv`: `sn,cpu_milli,memory_mib,gpu,model`.
