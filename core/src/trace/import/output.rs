@@ -90,6 +90,33 @@ impl Imported {
     /// Turns the jobs into a trace, a throughput table and a cluster file.
     pub fn convert(mut self, options: &ImportOptions) -> Result<Converted> {
         let jobs_read = self.jobs.len() + self.dropped.values().sum::<usize>();
+        self.keep_asked(options);
+        self.check_some_left(jobs_read)?;
+        let default_type = options
+            .ran_on
+            .clone()
+            .unwrap_or_else(|| self.default_type.clone());
+        let types = self.types(options, &default_type);
+        let mut summary = self.summary_base(jobs_read, &default_type, &types, options);
+        let (jobs, kinds) = self.trace_jobs(options, &default_type, &mut summary)?;
+        let table = rate_table(&kinds, &types, &options.speeds);
+        summary.check_fit(&self.jobs);
+        summary.suggested_cluster = self
+            .nodes
+            .is_empty()
+            .then(|| self.suggest_cluster(&default_type));
+        self.check_speeds(options, &types, &mut summary.notes);
+        Ok(Converted {
+            trace: crate::trace::write_trace(&jobs),
+            throughputs: table.to_csv(),
+            cluster: self.cluster_toml(&types),
+            summary,
+        })
+    }
+
+    /// Keeps the jobs the options ask for (the completed ones only, the
+    /// first ones), counting those left out, sorted by submission.
+    fn keep_asked(&mut self, options: &ImportOptions) {
         if options.completed_only {
             let before = self.jobs.len();
             self.jobs.retain(|j| j.status == Status::Completed);
@@ -105,6 +132,10 @@ impl Imported {
                 self.jobs.truncate(first);
             }
         }
+    }
+
+    /// An error, saying why, when no job is left of the `jobs_read`.
+    fn check_some_left(&self, jobs_read: usize) -> Result<()> {
         if self.jobs.is_empty() {
             let why: Vec<String> = self
                 .dropped
@@ -124,39 +155,29 @@ impl Imported {
                 },
             ));
         }
-        let default_type = options
-            .ran_on
-            .clone()
-            .unwrap_or_else(|| self.default_type.clone());
-        let types = self.types(options, &default_type);
-        let mut summary = self.summary_base(jobs_read, &default_type, &types, options);
+        Ok(())
+    }
+
+    /// The jobs as the simulator's, their arrivals from the first
+    /// submission and their steps the run time at the speed of the type
+    /// they ran on; each added to `summary`, with the kinds they make.
+    fn trace_jobs(
+        &self,
+        options: &ImportOptions,
+        default_type: &str,
+        summary: &mut ImportSummary,
+    ) -> Result<(Vec<Job>, Kinds)> {
         let t0 = self.jobs[0].submit_s;
         let mut jobs = Vec::with_capacity(self.jobs.len());
         let mut kinds = Kinds::new();
         for (i, tj) in self.jobs.iter().enumerate() {
             let family = self.family(tj);
-            let ran_on = tj.ran_on.clone().unwrap_or_else(|| default_type.clone());
+            let ran_on = tj
+                .ran_on
+                .clone()
+                .unwrap_or_else(|| default_type.to_string());
             let speed = options.speeds.get(&family, &ran_on).unwrap_or(1.0);
-            if speed == 0.0 {
-                return Err(Error::setting(
-                    "speed",
-                    format!(
-                        "the speed of {ran_on} is 0 for family `{family}`, yet job {} of the trace ran on it; give it a speed above 0",
-                        read::escape(&tj.id)
-                    ),
-                ));
-            }
-            if !(tj.gpus <= MAX_JOB_GPUS && tj.run_s <= MAX_RUN_S) {
-                return Err(Error::parse(
-                    crate::error::Location::new(format!("the {} trace", self.format)),
-                    format!(
-                        "job {} asks for {} GPUs for {} s: beyond any real job ({MAX_JOB_GPUS} GPUs, ten years); the trace is corrupt there",
-                        read::escape(&tj.id),
-                        tj.gpus,
-                        tj.run_s
-                    ),
-                ));
-            }
+            self.check_job(tj, &family, &ran_on, speed)?;
             let gang = tj.gang();
             let job_type = kind_name(&family, tj.accepts.as_deref());
             kinds
@@ -180,19 +201,34 @@ impl Imported {
                 placement: Default::default(),
             });
         }
-        let table = rate_table(&kinds, &types, &options.speeds);
-        summary.check_fit(&self.jobs);
-        summary.suggested_cluster = self
-            .nodes
-            .is_empty()
-            .then(|| self.suggest_cluster(&default_type));
-        self.check_speeds(options, &types, &mut summary.notes);
-        Ok(Converted {
-            trace: crate::trace::write_trace(&jobs),
-            throughputs: table.to_csv(),
-            cluster: self.cluster_toml(&types),
-            summary,
-        })
+        Ok((jobs, kinds))
+    }
+
+    /// An error unless job `tj` of `family`, which ran on `ran_on` at
+    /// `speed`, can be simulated: a speed above 0, and GPUs and a run time
+    /// within any real job's.
+    fn check_job(&self, tj: &TraceJob, family: &str, ran_on: &str, speed: f64) -> Result<()> {
+        if speed == 0.0 {
+            return Err(Error::setting(
+                "speed",
+                format!(
+                    "the speed of {ran_on} is 0 for family `{family}`, yet job {} of the trace ran on it; give it a speed above 0",
+                    read::escape(&tj.id)
+                ),
+            ));
+        }
+        if !(tj.gpus <= MAX_JOB_GPUS && tj.run_s <= MAX_RUN_S) {
+            return Err(Error::parse(
+                crate::error::Location::new(format!("the {} trace", self.format)),
+                format!(
+                    "job {} asks for {} GPUs for {} s: beyond any real job ({MAX_JOB_GPUS} GPUs, ten years); the trace is corrupt there",
+                    read::escape(&tj.id),
+                    tj.gpus,
+                    tj.run_s
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn family(&self, job: &TraceJob) -> String {
