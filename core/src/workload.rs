@@ -1,7 +1,7 @@
 //! A workload: jobs checked against a cluster and a throughput table, with
 //! each job's rates resolved per cluster GPU type (dense, for the hot loops).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::cluster::{Cluster, GpuTypeId};
@@ -47,114 +47,25 @@ impl Workload {
         source: &str,
     ) -> Result<Self> {
         let location = Location::new(source);
-        for ty in cluster.gpu_types() {
-            // A type no job accepts (`gpu_types`) needs no rates.
-            let wanted = jobs.iter().any(|j| j.gang_on(ty).is_some());
-            if wanted && !table.has_gpu_type(ty) {
-                let known: Vec<&str> = table.gpu_types().collect();
-                return Err(Error::inconsistent(
-                    Location::new("cluster"),
-                    format!(
-                        "GPU type `{ty}` is not in the throughput table {} (it has {}); \
-                         measure it and add it to a CSV table (--throughputs)",
-                        table.source(),
-                        known.join(", ")
-                    ),
-                ));
-            }
-        }
+        check_types_in_table(&jobs, &cluster, &table)?;
         let types = cluster.gpu_types().len();
         let per_type = cluster.gpus_per_type();
         let models = table.models();
-        let mut rates = Vec::with_capacity(jobs.len() * types);
-        let mut gangs = Vec::with_capacity(jobs.len() * types);
-        let mut preference = Vec::with_capacity(jobs.len() * types);
+        let mut dense = DenseRates::with_capacity(jobs.len() * types);
         for (i, job) in jobs.iter().enumerate() {
             let at = location.line(i + 1);
-            if let Some(s) = job.restart_s.filter(|s| !(s.is_finite() && *s >= 0.0)) {
-                return Err(Error::inconsistent(
-                    at.field("restart_s"),
-                    format!("restart cost {s} is not a number of seconds >= 0"),
-                ));
-            }
-            let Some(sizes) = models.get(job.job_type.as_str()) else {
-                let mut known: Vec<&str> = models.keys().copied().collect();
-                known.truncate(8);
-                return Err(Error::inconsistent(
-                    at.field("job_type"),
-                    format!(
-                        "unknown job type `{}`; the throughput table {} has e.g. {}",
-                        job.job_type,
-                        table.source(),
-                        known.join("; ")
-                    ),
-                ));
-            };
-            let shapes = &job.placement.shapes;
-            check_shapes(job, &cluster, &at)?;
-            let wanted: Vec<u32> = if shapes.is_empty() {
-                vec![job.scale_factor]
-            } else {
-                shapes.iter().map(|s| s.gang).collect()
-            };
-            if !wanted.iter().any(|g| sizes.contains(g)) {
-                let list: Vec<String> = sizes.iter().map(u32::to_string).collect();
-                return Err(Error::inconsistent(
-                    at.field("scale_factor"),
-                    format!(
-                        "job type `{}` with gang size {} is not in the throughput table {} \
-                         (it has gang sizes {} for this model)",
-                        job.job_type,
-                        job.scale_factor,
-                        table.source(),
-                        list.join(", ")
-                    ),
-                ));
-            }
-            // Without shapes a gang may span types, so the GPUs of every
-            // type it runs on count; with shapes it must fit one type.
-            let mut usable = 0u64;
-            let mut fits = false;
-            for (t, ty) in cluster.gpu_types().iter().enumerate() {
-                let gang = job.gang_on(ty);
-                let r = gang
-                    .and_then(|g| table.isolated(&job.job_type, g, ty))
-                    .unwrap_or(0.0);
-                if r > 0.0 {
-                    usable += u64::from(per_type[t]);
-                    fits |= gang.is_some_and(|g| per_type[t] >= g);
-                }
-                rates.push(r);
-                gangs.push(gang.unwrap_or(0));
-                let rank = shapes.iter().position(|s| s.gpu_type == *ty).unwrap_or(t);
-                preference.push(rank as u16);
-            }
-            let ok = if shapes.is_empty() {
-                usable >= u64::from(job.scale_factor)
-            } else {
-                fits
-            };
-            if !ok {
-                return Err(Error::inconsistent(
-                    at,
-                    format!(
-                        "job {} (`{}`) needs {} GPUs, but the cluster has only {usable} GPUs \
-                         of types it can run on",
-                        job.id,
-                        job.job_type,
-                        wanted.iter().min().copied().unwrap_or(job.scale_factor)
-                    ),
-                ));
-            }
+            let wanted = check_job(job, &at, &models, &cluster, &table)?;
+            let room = dense.push_job(job, &cluster, &table, &per_type);
+            check_room(job, at, &wanted, room)?;
         }
         let (key_of, colocated) = colocation(&jobs, &cluster, &table);
         Ok(Self {
             jobs,
             cluster,
             table,
-            rates,
-            gangs,
-            preference,
+            rates: dense.rates,
+            gangs: dense.gangs,
+            preference: dense.preference,
             key_of,
             colocated,
             restart_default_s: 0.0,
@@ -330,6 +241,162 @@ impl Workload {
         self.table
             .isolated(&j.job_type, scale_factor, self.cluster.gpu_type_name(ty))
     }
+}
+
+/// An error unless every cluster GPU type that a job accepts is in the
+/// table.
+fn check_types_in_table(jobs: &[Job], cluster: &Cluster, table: &ThroughputTable) -> Result<()> {
+    for ty in cluster.gpu_types() {
+        // A type no job accepts (`gpu_types`) needs no rates.
+        let wanted = jobs.iter().any(|j| j.gang_on(ty).is_some());
+        if wanted && !table.has_gpu_type(ty) {
+            let known: Vec<&str> = table.gpu_types().collect();
+            return Err(Error::inconsistent(
+                Location::new("cluster"),
+                format!(
+                    "GPU type `{ty}` is not in the throughput table {} (it has {}); \
+                     measure it and add it to a CSV table (--throughputs)",
+                    table.source(),
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks job `job` (at `at`) against the table (`models`: its gang sizes
+/// per model) and the cluster: its restart cost, type, shapes and gang
+/// sizes. The gang sizes it may run at.
+fn check_job(
+    job: &Job,
+    at: &Location,
+    models: &BTreeMap<&str, BTreeSet<u32>>,
+    cluster: &Cluster,
+    table: &ThroughputTable,
+) -> Result<Vec<u32>> {
+    if let Some(s) = job.restart_s.filter(|s| !(s.is_finite() && *s >= 0.0)) {
+        return Err(Error::inconsistent(
+            at.field("restart_s"),
+            format!("restart cost {s} is not a number of seconds >= 0"),
+        ));
+    }
+    let Some(sizes) = models.get(job.job_type.as_str()) else {
+        let mut known: Vec<&str> = models.keys().copied().collect();
+        known.truncate(8);
+        return Err(Error::inconsistent(
+            at.field("job_type"),
+            format!(
+                "unknown job type `{}`; the throughput table {} has e.g. {}",
+                job.job_type,
+                table.source(),
+                known.join("; ")
+            ),
+        ));
+    };
+    let shapes = &job.placement.shapes;
+    check_shapes(job, cluster, at)?;
+    let wanted: Vec<u32> = if shapes.is_empty() {
+        vec![job.scale_factor]
+    } else {
+        shapes.iter().map(|s| s.gang).collect()
+    };
+    if !wanted.iter().any(|g| sizes.contains(g)) {
+        let list: Vec<String> = sizes.iter().map(u32::to_string).collect();
+        return Err(Error::inconsistent(
+            at.field("scale_factor"),
+            format!(
+                "job type `{}` with gang size {} is not in the throughput table {} \
+                 (it has gang sizes {} for this model)",
+                job.job_type,
+                job.scale_factor,
+                table.source(),
+                list.join(", ")
+            ),
+        ));
+    }
+    Ok(wanted)
+}
+
+/// The dense per-(job, type) tables of [`Workload`], filled a job at a time.
+struct DenseRates {
+    rates: Vec<f64>,
+    gangs: Vec<u32>,
+    preference: Vec<u16>,
+}
+
+/// The cluster's room for a job: GPUs of the types it runs on, and
+/// whether one of its shapes fits the GPUs of its type.
+struct Room {
+    usable: u64,
+    fits: bool,
+}
+
+impl DenseRates {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            rates: Vec::with_capacity(n),
+            gangs: Vec::with_capacity(n),
+            preference: Vec::with_capacity(n),
+        }
+    }
+
+    /// Adds `job`'s rate, gang size and preference on each cluster type
+    /// (`per_type`: its GPUs); the room the cluster has for it.
+    fn push_job(
+        &mut self,
+        job: &Job,
+        cluster: &Cluster,
+        table: &ThroughputTable,
+        per_type: &[u32],
+    ) -> Room {
+        let shapes = &job.placement.shapes;
+        // Without shapes a gang may span types, so the GPUs of every
+        // type it runs on count; with shapes it must fit one type.
+        let mut usable = 0u64;
+        let mut fits = false;
+        for (t, ty) in cluster.gpu_types().iter().enumerate() {
+            let gang = job.gang_on(ty);
+            let r = gang
+                .and_then(|g| table.isolated(&job.job_type, g, ty))
+                .unwrap_or(0.0);
+            if r > 0.0 {
+                usable += u64::from(per_type[t]);
+                fits |= gang.is_some_and(|g| per_type[t] >= g);
+            }
+            self.rates.push(r);
+            self.gangs.push(gang.unwrap_or(0));
+            let rank = shapes.iter().position(|s| s.gpu_type == *ty).unwrap_or(t);
+            self.preference.push(rank as u16);
+        }
+        Room { usable, fits }
+    }
+}
+
+/// An error unless the cluster has `room` for `job` (at `at`), which may
+/// run at the gang sizes `wanted`.
+fn check_room(job: &Job, at: Location, wanted: &[u32], room: Room) -> Result<()> {
+    let Room { usable, fits } = room;
+    // Without shapes a gang may span types: the GPUs of every type it
+    // runs on count; with shapes it must fit one type.
+    let ok = if job.placement.shapes.is_empty() {
+        usable >= u64::from(job.scale_factor)
+    } else {
+        fits
+    };
+    if !ok {
+        return Err(Error::inconsistent(
+            at,
+            format!(
+                "job {} (`{}`) needs {} GPUs, but the cluster has only {usable} GPUs \
+                 of types it can run on",
+                job.id,
+                job.job_type,
+                wanted.iter().min().copied().unwrap_or(job.scale_factor)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a job's shapes against the cluster: known types, each once, gangs
