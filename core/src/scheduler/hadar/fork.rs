@@ -3,7 +3,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::cluster::{GpuId, GpuTypeId};
+use crate::cluster::{Cluster, GpuId, GpuTypeId};
 use crate::job::JobId;
 use crate::plan::Task;
 use crate::scheduler::RoundContext;
@@ -45,38 +45,60 @@ impl HadarScheduler {
     /// (a waiting job never finishes, so it comes first). Ties go
     /// round-robin over `order`, so copies spread over the best jobs.
     pub(super) fn fork(&mut self, ctx: &RoundContext<'_>, tasks: &mut Vec<Task>, order: &[JobId]) {
-        let w = ctx.workload;
-        let cluster = w.cluster();
-        let mut copies: HashMap<JobId, u32> = HashMap::new();
-        let mut next_copy: HashMap<JobId, u32> = HashMap::new();
-        // The nodes each job's copies are on: a set, as a job may have a copy
-        // on each of a thousand nodes.
-        let mut nodes_used: HashMap<JobId, HashSet<u32>> = HashMap::new();
-        for t in tasks.iter() {
-            *copies.entry(t.job).or_default() += 1;
-            let next = next_copy.entry(t.job).or_insert(1);
-            *next = (*next).max(t.copy + 1);
-            let nodes = nodes_used.entry(t.job).or_default();
-            nodes.extend(t.gpus.iter().map(|&g| cluster.gpu(g).node.0));
-        }
+        let cluster = ctx.workload.cluster();
+        let copies = Copies::of(tasks, cluster);
         if order.is_empty() {
             return;
         }
-        let makespan = self.settings.utility == super::Utility::Makespan;
-        let curves = &self.fork_curves;
-        let score = |j: JobId, k: u32| -> f64 {
-            let curve = curves.curve(j.index());
-            if !makespan {
-                return curve.marginal(k);
-            }
-            let best = w.rates_of(j.index()).iter().copied().fold(0.0, f64::max);
-            let rate = best * curve.progress(k);
-            if rate > 0.0 {
-                ctx.state.remaining(w, j) as f64 / rate
-            } else {
-                f64::INFINITY
-            }
+        let queue = self.fork_queue(ctx, tasks, order, &copies);
+        let mut forking = Forking {
+            copies,
+            queue,
+            cursor: 0,
         };
+        for ty in 0..cluster.gpu_types().len() {
+            if forking.queue.is_empty() {
+                break;
+            }
+            let nodes: Vec<u32> = self.picker.nodes_of_type(ty).to_vec();
+            for node in nodes {
+                if forking.queue.is_empty() {
+                    break;
+                }
+                self.fork_on_node(ctx, tasks, order, &mut forking, ty, node);
+            }
+        }
+    }
+
+    /// The score of job `j`'s next copy when it runs `k`: for the JCT
+    /// utility, the progress the copy adds; for the makespan utility, the
+    /// time the job would take to finish at `k` copies.
+    fn copy_score(&self, ctx: &RoundContext<'_>, j: JobId, k: u32) -> f64 {
+        let w = ctx.workload;
+        let makespan = self.settings.utility == super::Utility::Makespan;
+        let curve = self.fork_curves.curve(j.index());
+        if !makespan {
+            return curve.marginal(k);
+        }
+        let best = w.rates_of(j.index()).iter().copied().fold(0.0, f64::max);
+        let rate = best * curve.progress(k);
+        if rate > 0.0 {
+            ctx.state.remaining(w, j) as f64 / rate
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// The jobs of `order` a copy may go to, by score, given the `copies`
+    /// the gangs placed.
+    fn fork_queue(
+        &self,
+        ctx: &RoundContext<'_>,
+        tasks: &[Task],
+        order: &[JobId],
+        copies: &Copies,
+    ) -> Queue {
+        let cluster = ctx.workload.cluster();
         // The jobs a copy may go to, by score. Why a job may get none (fork
         // off, before the warm-up, its next copy's gain too small) depends
         // on the job and its copy count alone, so it is decided when the job
@@ -85,67 +107,63 @@ impl HadarScheduler {
         // copy: with one, every task restarts from the merge).
         let runs_on: HashSet<JobId> = tasks
             .iter()
-            .filter(|t| copies[&t.job] == 1 && self.restarts.continues(cluster, t))
+            .filter(|t| copies.count[&t.job] == 1 && self.restarts.continues(cluster, t))
             .map(|t| t.job)
             .collect();
         let mut queue = Queue::new(order.len());
         for (at, &j) in order.iter().enumerate() {
-            let k = copies.get(&j).copied().unwrap_or(0);
+            let k = copies.count.get(&j).copied().unwrap_or(0);
             if self.may_copy(ctx, j, k, runs_on.contains(&j)) {
-                queue.insert(score(j, k), at);
+                queue.insert(self.copy_score(ctx, j, k), at);
             }
         }
-        let mut cursor = 0usize;
-        for ty in 0..cluster.gpu_types().len() {
-            if queue.is_empty() {
+        queue
+    }
+
+    /// Places copies on `node`'s free GPUs of type `ty`, one at a time
+    /// while GPUs are free and a queued job fits them, each to the best
+    /// job in the rotation.
+    fn fork_on_node(
+        &mut self,
+        ctx: &RoundContext<'_>,
+        tasks: &mut Vec<Task>,
+        order: &[JobId],
+        forking: &mut Forking,
+        ty: usize,
+        node: u32,
+    ) {
+        let w = ctx.workload;
+        let cluster = w.cluster();
+        loop {
+            let free = self.picker.free_on_node(cluster, node as usize, ty);
+            if free.is_empty() {
                 break;
             }
-            let nodes: Vec<u32> = self.picker.nodes_of_type(ty).to_vec();
-            for node in nodes {
-                if queue.is_empty() {
-                    break;
+            let slot = Slot {
+                ty: GpuTypeId(ty as u16),
+                free: free.len() as u32,
+            };
+            // The best score first; among equals the first in the
+            // rotation from the cursor; a job with a copy on this
+            // node already, or no rate here, is passed over.
+            let Some((at, g)) = forking.queue.first_fit(forking.cursor, |at| {
+                let j = order[at];
+                if forking.copies.is_on(j, node) {
+                    return None;
                 }
-                loop {
-                    let free = self.picker.free_on_node(cluster, node as usize, ty);
-                    if free.is_empty() {
-                        break;
-                    }
-                    let slot = Slot {
-                        ty: GpuTypeId(ty as u16),
-                        free: free.len() as u32,
-                    };
-                    // The best score first; among equals the first in the
-                    // rotation from the cursor; a job with a copy on this
-                    // node already, or no rate here, is passed over.
-                    let Some((at, g)) = queue.first_fit(cursor, |at| {
-                        let j = order[at];
-                        if nodes_used.get(&j).is_some_and(|n| n.contains(&node)) {
-                            return None;
-                        }
-                        copy_size(w, j, slot)
-                    }) else {
-                        break;
-                    };
-                    let j = order[at];
-                    cursor = (at + 1) % order.len();
-                    let gpus: Vec<GpuId> = free[..g as usize].to_vec();
-                    self.picker.take(cluster, &gpus);
-                    let copy = next_copy.entry(j).or_insert(1);
-                    tasks.push(Task {
-                        job: j,
-                        copy: *copy,
-                        gpus,
-                    });
-                    *copy += 1;
-                    let k = copies.entry(j).or_default();
-                    *k += 1;
-                    let k = *k;
-                    nodes_used.entry(j).or_default().insert(node);
-                    queue.remove(at);
-                    if self.may_copy(ctx, j, k, false) {
-                        queue.insert(score(j, k), at);
-                    }
-                }
+                copy_size(w, j, slot)
+            }) else {
+                break;
+            };
+            let j = order[at];
+            forking.cursor = (at + 1) % order.len();
+            let gpus: Vec<GpuId> = free[..g as usize].to_vec();
+            self.picker.take(cluster, &gpus);
+            let (copy, k) = forking.copies.add(j, node);
+            tasks.push(Task { job: j, copy, gpus });
+            forking.queue.remove(at);
+            if self.may_copy(ctx, j, k, false) {
+                forking.queue.insert(self.copy_score(ctx, j, k), at);
             }
         }
     }
@@ -173,6 +191,62 @@ impl HadarScheduler {
             && gain >= self.settings.fork_min_gain
             && pays
     }
+}
+
+/// The copies of each job in a round's plan: those of the gangs placed,
+/// then those the fork adds.
+#[derive(Debug, Default)]
+struct Copies {
+    /// Tasks per job.
+    count: HashMap<JobId, u32>,
+    /// The copy number of each job's next copy.
+    next: HashMap<JobId, u32>,
+    /// The nodes each job's copies are on: a set, as a job may have a copy
+    /// on each of a thousand nodes.
+    nodes: HashMap<JobId, HashSet<u32>>,
+}
+
+impl Copies {
+    /// The copies of `tasks`.
+    fn of(tasks: &[Task], cluster: &Cluster) -> Self {
+        let mut c = Self::default();
+        for t in tasks {
+            *c.count.entry(t.job).or_default() += 1;
+            let next = c.next.entry(t.job).or_insert(1);
+            *next = (*next).max(t.copy + 1);
+            let nodes = c.nodes.entry(t.job).or_default();
+            nodes.extend(t.gpus.iter().map(|&g| cluster.gpu(g).node.0));
+        }
+        c
+    }
+
+    /// Whether job `j` has a copy on `node`.
+    fn is_on(&self, j: JobId, node: u32) -> bool {
+        self.nodes.get(&j).is_some_and(|n| n.contains(&node))
+    }
+
+    /// Counts a new copy of job `j` on `node`: its copy number, and the
+    /// job's copies with it.
+    fn add(&mut self, j: JobId, node: u32) -> (u32, u32) {
+        let copy = self.next.entry(j).or_insert(1);
+        let number = *copy;
+        *copy += 1;
+        let k = self.count.entry(j).or_default();
+        *k += 1;
+        let k = *k;
+        self.nodes.entry(j).or_default().insert(node);
+        (number, k)
+    }
+}
+
+/// A round's fork under way: the copies so far, the jobs a copy may go to,
+/// and where the rotation among equal scores resumes.
+#[derive(Debug)]
+struct Forking {
+    copies: Copies,
+    queue: Queue,
+    /// The position in the order after the last job given a copy.
+    cursor: usize,
 }
 
 /// The GPUs a copy of job `j` takes on `slot`: up to its gang on the slot's
