@@ -36,36 +36,53 @@ fn family(r: &mut Registry, name: &str, help: &str, values: Vec<(Labels, f64)>) 
 /// The metrics of `view`, in Prometheus' text format.
 pub fn render(view: &RunView) -> String {
     let mut r = Registry::with_prefix("hadar");
+    register_run(&mut r, view);
+    register_occupancy(&mut r, view);
+    register_jobs(&mut r, view);
+    register_decisions(&mut r, view);
+    register_rates(&mut r, view);
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &r);
+    out
+}
+
+/// The run: its identity, round, clock, and whether it is live or finished.
+fn register_run(r: &mut Registry, view: &RunView) {
     let run = vec![
         ("run_id", view.run_id.clone()),
         ("backend", view.backend.clone().unwrap_or_default()),
         ("policy", view.policy.clone().unwrap_or_default()),
     ];
     family(
-        &mut r,
+        r,
         "run_info",
         "The run, its backend and policy (value 1)",
         vec![(run, 1.0)],
     );
-    gauge(&mut r, "round", "Rounds done", view.round as f64);
+    gauge(r, "round", "Rounds done", view.round as f64);
     gauge(
-        &mut r,
+        r,
         "run_seconds",
         "The run's clock: seconds since its start",
         view.now_s,
     );
     gauge(
-        &mut r,
+        r,
         "run_live",
         "1 while a hadar run holds the state directory",
         f64::from(u8::from(view.live_pid.is_some())),
     );
     gauge(
-        &mut r,
+        r,
         "run_finished",
         "1 once every job finished",
         f64::from(u8::from(view.finished)),
     );
+}
+
+/// The cluster's GPUs, those busy, per type, and the jobs by state.
+fn register_occupancy(r: &mut Registry, view: &RunView) {
     let types = |f: &dyn Fn(&TypeUse) -> usize| {
         view.types
             .iter()
@@ -73,13 +90,13 @@ pub fn render(view: &RunView) -> String {
             .collect()
     };
     family(
-        &mut r,
+        r,
         "gpus",
         "GPUs of the cluster, per type",
         types(&|t| t.gpus),
     );
     family(
-        &mut r,
+        r,
         "gpus_busy",
         "GPUs given a task now, per type",
         types(&|t| t.busy),
@@ -92,7 +109,7 @@ pub fn render(view: &RunView) -> String {
         ("finished", c.finished),
     ];
     family(
-        &mut r,
+        r,
         "jobs",
         "Jobs by state (future: not arrived; waiting: arrived, no task running)",
         states
@@ -100,6 +117,11 @@ pub fn render(view: &RunView) -> String {
             .map(|(s, n)| (vec![("state", (*s).to_string())], *n as f64))
             .collect(),
     );
+}
+
+/// Each job's progress and restart cost, and the tasks' starts, failures,
+/// hangs and lost iterations over all jobs.
+fn register_jobs(r: &mut Registry, view: &RunView) {
     let per_job = |f: &dyn Fn(&JobView) -> f64| {
         view.jobs
             .iter()
@@ -107,19 +129,19 @@ pub fn render(view: &RunView) -> String {
             .collect()
     };
     family(
-        &mut r,
+        r,
         "job_iterations",
         "Iterations each job has done",
         per_job(&|j| j.iterations as f64),
     );
     family(
-        &mut r,
+        r,
         "job_iterations_needed",
         "Iterations each job needs in all",
         per_job(&|j| j.total.unwrap_or(0) as f64),
     );
     family(
-        &mut r,
+        r,
         "job_restart_seconds",
         "Each job's measured restart cost: mean seconds from a task's launch to its first \
          progress (jobs none of whose tasks progressed yet are left out)",
@@ -130,80 +152,83 @@ pub fn render(view: &RunView) -> String {
     );
     let sum = |f: &dyn Fn(&JobView) -> u64| view.jobs.iter().map(f).sum::<u64>() as f64;
     counter(
-        &mut r,
+        r,
         "task_starts",
         "Tasks launched (first starts, restarts and moves)",
         sum(&|j| j.starts),
     );
     counter(
-        &mut r,
+        r,
         "task_failures",
         "Task sets that ended without a checkpoint",
         sum(&|j| j.failures),
     );
     counter(
-        &mut r,
+        r,
         "tasks_hung",
         "Tasks stopped as hung (no progress)",
         sum(&|j| j.hung),
     );
     counter(
-        &mut r,
+        r,
         "lost_iterations",
         "Iterations done and then lost",
         sum(&|j| j.lost),
     );
+}
+
+/// The scheduling decisions, warnings and round switches.
+fn register_decisions(r: &mut Registry, view: &RunView) {
     counter(
-        &mut r,
+        r,
         "decisions",
         "Scheduling decisions made",
         view.decisions.count as f64,
     );
     counter(
-        &mut r,
+        r,
         "decision_seconds",
         "Seconds spent deciding",
         view.decisions.seconds,
     );
     gauge(
-        &mut r,
+        r,
         "decision_seconds_max",
         "The longest decision (s)",
         view.decisions.max_s,
     );
     counter(
-        &mut r,
+        r,
         "warnings",
         "Warnings the run raised",
         view.warnings_total as f64,
     );
     let sw = view.switches;
+    counter(r, "round_switches", "Round switches done", sw.count as f64);
     counter(
-        &mut r,
-        "round_switches",
-        "Round switches done",
-        sw.count as f64,
-    );
-    counter(
-        &mut r,
+        r,
         "round_switch_seconds",
         "Seconds round switches took (stops, checkpoints, launches)",
         sw.total_s,
     );
     gauge(
-        &mut r,
+        r,
         "round_switch_seconds_max",
         "The longest round switch (s)",
         sw.max_s,
     );
     gauge(
-        &mut r,
+        r,
         "round_switch_seconds_last",
         "The latest round switch (s)",
         sw.last_s,
     );
+}
+
+/// The rate the run believes each job's gang makes on each type.
+fn register_rates(r: &mut Registry, view: &RunView) {
     family(
-        &mut r,
+        r,
         "job_rate",
         "Iterations/s the run believes each job's gang makes on each type (source: measured, \
          given, estimated or prior)",
@@ -219,8 +244,4 @@ pub fn render(view: &RunView) -> String {
             })
             .collect(),
     );
-    let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = encode(&mut out, &r);
-    out
 }
