@@ -250,110 +250,12 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
         let f = |name: &str| at.field(format!("job[{i}].{name}"));
         check_name(&j.name, &f)?;
         check_command(j, &f)?;
-        if j.iterations == 0 {
-            return Err(Error::parse(f("iterations"), "must be at least 1"));
-        }
-        if j.gang == Some(0) {
-            return Err(Error::parse(f("gang"), "must be at least 1"));
-        }
+        check_counts(j, &f)?;
         check_shapes(j, &f)?;
-        if !(j.arrival >= 0.0 && j.arrival.is_finite()) {
-            return Err(Error::parse(f("arrival"), "must be seconds >= 0"));
-        }
-        if !(j.weight > 0.0 && j.weight.is_finite()) {
-            return Err(Error::parse(f("weight"), "must be > 0"));
-        }
-        if let Some((ty, r)) = j
-            .throughput
-            .iter()
-            .find(|(_, r)| hadar_core::throughput::rate(**r).is_none())
-        {
-            return Err(Error::parse(
-                f(&format!("throughput.{ty}")),
-                format!("{r} is not {}", hadar_core::throughput::A_RATE),
-            ));
-        }
-        if let Some(k) = j
-            .env
-            .keys()
-            .find(|k| hadar_backend::RESERVED_ENV.contains(&k.as_str()))
-        {
-            return Err(Error::parse(
-                f(&format!("env.{k}")),
-                "is set by Hadar for every task (the job protocol); a job cannot override it",
-            ));
-        }
-        if let Some(k) = j
-            .env
-            .keys()
-            .find(|k| j.ranks.spans_nodes() && hadar_backend::RANK_ENV.contains(&k.as_str()))
-        {
-            return Err(Error::parse(
-                f(&format!("env.{k}")),
-                "is set by Hadar for every rank of a job with `ranks` (job protocol version 2); \
-                 the job cannot override it",
-            ));
-        }
-        if j.uneven_batches && !j.ranks.spans_nodes() {
-            return Err(Error::parse(
-                f("uneven_batches"),
-                "needs `ranks = \"gpu\"` or `\"node\"`: a job of one process gets no batch \
-                 shares (HADAR_BATCH_SHARE goes to ranks)",
-            ));
-        }
-        if !j.throughput.is_empty() && j.throughput.values().all(|r| *r <= 0.0) {
-            return Err(Error::parse(
-                f("throughput"),
-                "every rate is 0, so the job could run nowhere: give a GPU type a rate > 0 \
-                 (iterations/s), or leave `throughput` out for the run to measure it",
-            ));
-        }
-        for (field, value) in [("batch_size", j.batch_size), ("noise_scale", j.noise_scale)] {
-            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
-                return Err(Error::parse(
-                    f(field),
-                    format!("{v} is not a size; give a finite number > 0 (examples)"),
-                ));
-            }
-        }
-        for (backend, table) in [("slurm", &j.slurm), ("docker", &j.docker)] {
-            if let Some(k) = table.keys().find(|k| j.options.contains_key(*k)) {
-                return Err(Error::parse(
-                    f(&format!("{backend}.{k}")),
-                    format!("also in `options`; give it once (in [job.{backend}])"),
-                ));
-            }
-        }
-        if let Some(sig) = &j.stop_signal {
-            sig.parse::<Signal>().map_err(|_| {
-                Error::parse(
-                    f("stop_signal"),
-                    format!(
-                        "{sig:?} is not a signal; use one of {}",
-                        Signal::all()
-                            .iter()
-                            .map(|s| s.name())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-            })?;
-        }
-        if let Some(g) = j.stop_grace_seconds {
-            StopPolicy::new(Signal::Term, g)
-                .map_err(|m| Error::parse(f("stop_grace_seconds"), m))?;
-        }
-        if let Some(c) = j.restart_cost {
-            if !(0.0..=hadar_core::job::MAX_RESTART_S).contains(&c) {
-                return Err(Error::parse(
-                    f("restart_cost"),
-                    format!(
-                        "{c} is not a number of seconds from 0 to {} (a week)",
-                        hadar_core::job::MAX_RESTART_S
-                    ),
-                ));
-            }
-        }
+        check_arrival_and_rates(j, &f)?;
+        check_protocol_env(j, &f)?;
+        check_model_inputs(j, &f)?;
+        check_task_settings(j, &f)?;
         if jobs[..i].iter().any(|o| o.name == j.name) {
             return Err(Error::parse(
                 f("name"),
@@ -363,6 +265,140 @@ pub fn parse_jobs(text: &str, source: &str) -> Result<Vec<RunJob>> {
     }
     jobs.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
     Ok(jobs)
+}
+
+/// A job's iterations and gang: at least 1 each.
+fn check_counts(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    if j.iterations == 0 {
+        return Err(Error::parse(f("iterations"), "must be at least 1"));
+    }
+    if j.gang == Some(0) {
+        return Err(Error::parse(f("gang"), "must be at least 1"));
+    }
+    Ok(())
+}
+
+/// A job's arrival (seconds >= 0), weight (> 0) and each throughput given
+/// (a rate).
+fn check_arrival_and_rates(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    if !(j.arrival >= 0.0 && j.arrival.is_finite()) {
+        return Err(Error::parse(f("arrival"), "must be seconds >= 0"));
+    }
+    if !(j.weight > 0.0 && j.weight.is_finite()) {
+        return Err(Error::parse(f("weight"), "must be > 0"));
+    }
+    if let Some((ty, r)) = j
+        .throughput
+        .iter()
+        .find(|(_, r)| hadar_core::throughput::rate(**r).is_none())
+    {
+        return Err(Error::parse(
+            f(&format!("throughput.{ty}")),
+            format!("{r} is not {}", hadar_core::throughput::A_RATE),
+        ));
+    }
+    Ok(())
+}
+
+/// What the job protocol leaves to Hadar: the environment it sets for every
+/// task (and for every rank of a job with `ranks`), and batch shares, which
+/// go to ranks only.
+fn check_protocol_env(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    if let Some(k) = j
+        .env
+        .keys()
+        .find(|k| hadar_backend::RESERVED_ENV.contains(&k.as_str()))
+    {
+        return Err(Error::parse(
+            f(&format!("env.{k}")),
+            "is set by Hadar for every task (the job protocol); a job cannot override it",
+        ));
+    }
+    if let Some(k) = j
+        .env
+        .keys()
+        .find(|k| j.ranks.spans_nodes() && hadar_backend::RANK_ENV.contains(&k.as_str()))
+    {
+        return Err(Error::parse(
+            f(&format!("env.{k}")),
+            "is set by Hadar for every rank of a job with `ranks` (job protocol version 2); \
+             the job cannot override it",
+        ));
+    }
+    if j.uneven_batches && !j.ranks.spans_nodes() {
+        return Err(Error::parse(
+            f("uneven_batches"),
+            "needs `ranks = \"gpu\"` or `\"node\"`: a job of one process gets no batch \
+             shares (HADAR_BATCH_SHARE goes to ranks)",
+        ));
+    }
+    Ok(())
+}
+
+/// What the run's model of the job takes from it: a rate > 0 somewhere
+/// when throughputs are given, and a batch size and noise scale that are
+/// sizes.
+fn check_model_inputs(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    if !j.throughput.is_empty() && j.throughput.values().all(|r| *r <= 0.0) {
+        return Err(Error::parse(
+            f("throughput"),
+            "every rate is 0, so the job could run nowhere: give a GPU type a rate > 0 \
+             (iterations/s), or leave `throughput` out for the run to measure it",
+        ));
+    }
+    for (field, value) in [("batch_size", j.batch_size), ("noise_scale", j.noise_scale)] {
+        if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(Error::parse(
+                f(field),
+                format!("{v} is not a size; give a finite number > 0 (examples)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How the job's tasks are run and stopped: each backend option given
+/// once, a stop signal and grace period that are such, and a restart cost
+/// within a week.
+fn check_task_settings(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    for (backend, table) in [("slurm", &j.slurm), ("docker", &j.docker)] {
+        if let Some(k) = table.keys().find(|k| j.options.contains_key(*k)) {
+            return Err(Error::parse(
+                f(&format!("{backend}.{k}")),
+                format!("also in `options`; give it once (in [job.{backend}])"),
+            ));
+        }
+    }
+    if let Some(sig) = &j.stop_signal {
+        sig.parse::<Signal>().map_err(|_| {
+            Error::parse(
+                f("stop_signal"),
+                format!(
+                    "{sig:?} is not a signal; use one of {}",
+                    Signal::all()
+                        .iter()
+                        .map(|s| s.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })?;
+    }
+    if let Some(g) = j.stop_grace_seconds {
+        StopPolicy::new(Signal::Term, g).map_err(|m| Error::parse(f("stop_grace_seconds"), m))?;
+    }
+    if let Some(c) = j.restart_cost {
+        if !(0.0..=hadar_core::job::MAX_RESTART_S).contains(&c) {
+            return Err(Error::parse(
+                f("restart_cost"),
+                format!(
+                    "{c} is not a number of seconds from 0 to {} (a week)",
+                    hadar_core::job::MAX_RESTART_S
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The longest job name, in characters (names head tables and log lines).
