@@ -116,7 +116,7 @@ if [ "$quick" = 0 ]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
   step "rustfmt"
   cargo fmt --all -- --check
-  step "code shape: no circle among core's modules (scripts/import_graph.py)"
-  python3 scripts/import_graph.py core/src
+  step "code shape: no circle among core's modules, no production function over 80 lines"
+  scripts/code-shape.sh
 fi
 step "all checks passed"
