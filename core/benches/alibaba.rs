@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use hadar_core::cluster::Cluster;
+use hadar_core::experiment::{Experiment, SimSettings};
 use hadar_core::scheduler::PolicyKind;
-use hadar_core::sim::{Experiment, SimSettings};
 use hadar_core::throughput::ThroughputTable;
 use hadar_core::trace::import::{openb, Converted, ImportOptions};
 use hadar_core::trace::parse_trace;

@@ -10,9 +10,9 @@
 use std::sync::Arc;
 
 use hadar_core::cluster::Cluster;
+use hadar_core::experiment::{Experiment, SimSettings};
 use hadar_core::reproduce::{gavel_runs, workload_of};
 use hadar_core::scheduler::PolicyKind;
-use hadar_core::sim::{Experiment, SimSettings};
 use hadar_core::throughput::ThroughputTable;
 use hadar_core::trace::generate::{generate, GeneratorKind, GeneratorSpec};
 use hadar_core::workload::Workload;

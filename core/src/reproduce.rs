@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Location, Result};
+use crate::experiment::{Experiment, SimSettings};
 use crate::scheduler::PolicyKind;
-use crate::sim::{Experiment, SimSettings};
 use crate::throughput::ThroughputTable;
 use crate::trace::parse_trace;
 use crate::workload::Workload;

@@ -12,8 +12,8 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 use hadar_core::cluster::Cluster;
+use hadar_core::experiment::{Experiment, SimSettings};
 use hadar_core::scheduler::PolicyKind;
-use hadar_core::sim::{Experiment, SimSettings};
 use hadar_core::workload::Workload;
 use hadar_runtime::jobs::{parse_jobs, to_model};
 

@@ -30,10 +30,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hadar_backend::{Backend, BackendError, StopPolicy};
 use hadar_core::cluster::Cluster;
+use hadar_core::experiment::{Experiment, SimSettings};
 use hadar_core::knowledge::{KnowledgeSettings, KnowledgeState, ThroughputKnowledge};
 use hadar_core::metrics::RunResult;
 use hadar_core::scheduler::{PolicyKind, Scheduler, SchedulerSettings};
-use hadar_core::sim::{Experiment, SimSettings};
 use hadar_core::state::LoopState;
 use hadar_core::workload::Workload;
 use serde::Serialize;

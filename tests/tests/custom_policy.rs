@@ -4,12 +4,12 @@
 //! policy, and the round loop's plan check holds it to the same rules.
 
 use hadar_core::error::Result;
+use hadar_core::experiment::{Experiment, SimSettings};
 use hadar_core::reproduce::{gavel_runs, workload_of};
 use hadar_core::scheduler::gpus::GpuPicker;
 use hadar_core::scheduler::{
     Decision, Family, Policy, PolicyKind, Registry, RoundContext, Scheduler,
 };
-use hadar_core::sim::{Experiment, SimSettings};
 use hadar_core::workload::Workload;
 
 /// Each round, jobs in arrival order, each on the fastest GPU type that

@@ -1,10 +1,10 @@
 //! Hadar against the bar on Gavel's static runs A and B (4:4:4) and on its
 //! continuous workload: regression tests for the results in docs/algorithm.md.
 
+use hadar_core::experiment::{Experiment, SimSettings};
 use hadar_core::fork_model::ForkModel;
 use hadar_core::reproduce::{gavel_runs, workload_of};
 use hadar_core::scheduler::PolicyKind;
-use hadar_core::sim::{Experiment, SimSettings};
 
 fn run(label: &str, policy: PolicyKind) -> hadar_core::metrics::Summary {
     run_with(label, policy, SimSettings::default())

@@ -8,10 +8,10 @@ use hadar_core::bounds::{
     forked_jct_lower_bound, forked_makespan_lower_bound, isolated_jct, makespan_lower_bound,
 };
 use hadar_core::cluster::Cluster;
+use hadar_core::experiment::{Experiment, SimSettings};
 use hadar_core::fork_model::ForkModel;
 use hadar_core::job::{Job, JobId, Launch};
 use hadar_core::scheduler::PolicyKind;
-use hadar_core::sim::{Experiment, SimSettings};
 use hadar_core::throughput::ThroughputTable;
 use hadar_core::workload::Workload;
 use proptest::prelude::*;

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
+use hadar_core::experiment::{Experiment, SimSettings};
 use hadar_core::fork_model::ForkModel;
 use hadar_core::knowledge::{KnowledgeSettings, ThroughputKnowledge};
 use hadar_core::lp::LpSolver;
@@ -12,7 +13,6 @@ use hadar_core::plan::MixedRate;
 use hadar_core::reproduce::embedded_trace;
 use hadar_core::scheduler::hadar::HadarSettings;
 use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
-use hadar_core::sim::{Experiment, SimSettings};
 use hadar_core::throughput::ThroughputTable;
 use hadar_core::trace::{parse_trace, read_trace};
 use hadar_core::workload::Workload;

@@ -19,10 +19,10 @@ use std::time::Instant;
 
 use clap::Args;
 use hadar_core::cluster::Cluster;
+use hadar_core::experiment::SimSettings;
 use hadar_core::lp::LpSolver;
 use hadar_core::scheduler::{PolicyKind, SchedulerSettings};
-use hadar_core::sim::sweep::{curves, CurvePoint, Point, PointResult, Sweep};
-use hadar_core::sim::SimSettings;
+use hadar_core::sweep::{curves, CurvePoint, Point, PointResult, Sweep};
 use hadar_core::throughput::ThroughputTable;
 use hadar_core::trace::generate::{GeneratorKind, GeneratorSpec};
 use serde_json::{json, Value};

@@ -40,7 +40,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use hadar_core::metrics::{GpuSpan, RoundRecord, RunResult};
-use hadar_core::sim::sweep::CurvePoint;
+use hadar_core::sweep::CurvePoint;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;

@@ -3,8 +3,8 @@
 //! the simulation's settings serialized whole (a field added to
 //! `SimSettings` appears here with no change to this file).
 
+use hadar_core::experiment::SimSettings;
 use hadar_core::metrics::Summary;
-use hadar_core::sim::SimSettings;
 use serde::Serialize;
 
 /// Where a run's jobs, rates and cluster came from.

@@ -2,9 +2,9 @@ use std::sync::Arc;
 
 use super::*;
 use crate::cluster::Cluster;
+use crate::experiment::{Experiment, SimSettings};
 use crate::reproduce::embedded_trace;
 use crate::scheduler::PolicyKind;
-use crate::sim::{Experiment, SimSettings};
 use crate::trace::parse_trace;
 
 fn run_a() -> Arc<Workload> {

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
 use crate::error::Result;
+use crate::experiment::{Experiment, SimSettings};
 use crate::scheduler::PolicyKind;
-use crate::sim::{Experiment, SimSettings};
 use crate::stats::mean;
 use crate::throughput::ThroughputTable;
 use crate::trace::generate::{generate, GeneratorSpec};
