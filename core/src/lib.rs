@@ -30,5 +30,5 @@ pub mod reproduce;
 pub mod scheduler;
 pub mod sim;
 pub mod state;
-pub mod sweep;
 pub mod stats;
+pub mod sweep;
