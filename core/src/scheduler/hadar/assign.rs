@@ -42,10 +42,13 @@ impl HadarScheduler {
             std::cmp::Reverse(alloc.iter().map(|&(_, n)| n).sum::<u32>())
         });
         let k = self.type_names.len();
+        // Jobs with a part picked as copies, spread one GPU a node.
+        let mut spread: Vec<JobId> = Vec::new();
         for (j, alloc) in rest {
             let mut gpus = Vec::new();
             for &(ty, n) in alloc.iter() {
                 if self.runs_as_copies(w, j, k, ty, round_s) {
+                    spread.push(j);
                     gpus.extend(self.picker.pick_spread(cluster, ty, n as usize));
                 } else {
                     gpus.extend(self.picker.pick(cluster, ty, n as usize));
@@ -58,12 +61,18 @@ impl HadarScheduler {
                 gpus,
             });
         }
-        // HadarE: a gang planned as copies runs as single-GPU copies.
+        // HadarE: a gang planned as copies runs as single-GPU copies. So
+        // does one short of its gang: part of it (a type of a gang over
+        // several types) was planned as copies, spread one GPU a node, and
+        // fewer nodes had room; it cannot run as a gang.
         let mut out = Vec::with_capacity(tasks.len());
         for t in tasks {
             let ty = cluster.gpu(t.gpus[0]).gpu_type.index();
             let gang = w.gangs_of(t.job.index())[ty] as usize;
-            if self.runs_as_copies(w, t.job, k, ty, round_s) && (t.gpus.len() > 1 || gang > 1) {
+            let short = t.gpus.len() < gang && spread.contains(&t.job);
+            if (self.runs_as_copies(w, t.job, k, ty, round_s) || short)
+                && (t.gpus.len() > 1 || gang > 1)
+            {
                 for (c, &g) in t.gpus.iter().enumerate() {
                     out.push(Task {
                         job: t.job,
