@@ -1,5 +1,6 @@
-//! The layers every real run's backend runs in, owned here so that the CLI,
-//! the tests, the Python wheel and the live view run the same stack:
+//! The layers every real run's backend runs in, owned here so that `hadar
+//! run` (and the Python wheel, which carries it), the tests and embedders
+//! run the same stack:
 //! innermost, faults injected when asked (`--inject-faults`: a seeded plan
 //! of failed launches and a lost node, for the fault campaign); then a
 //! timeout on every call (a daemon that stops answering is a lost node,

@@ -2,7 +2,7 @@
 //! engine) on a backend (`hadar-backend`).
 //!
 //! The loop plans, checks and accounts exactly as in a simulation; this
-//! crate supplies the executor ([`executor`]) that turns each round's plan
+//! crate supplies the executor ([`real_rounds`]) that turns each round's plan
 //! into stopped, kept and launched tasks on the backend, and the state that
 //! makes a run resumable ([`state`]): the loop's state and the runtime's
 //! (tasks running, what each job's latest checkpoint holds) in one file,
@@ -534,7 +534,7 @@ pub async fn run(
             knowledge: knowledge(&config),
             // The forked-job bound only for a policy that forks, as
             // `hadar simulate` computes it.
-            forked_bound: config.policy.forks(),
+            forked_bound: config.custom_scheduler.is_none() && config.policy.forks(),
             ..SimSettings::default()
         },
     )?;

@@ -32,7 +32,6 @@ use crate::parallel::{each as concurrently, fetch_checkpoints, launch_all, stop_
 use crate::state::{save_state, JobProgress, RunState, Running};
 use crate::{hang_limit, unix_now, Event, RunConfig, RunError};
 
-/// Executes rounds on a backend.
 /// The checkpoints fetched of ended tasks, by job, with their credit; the
 /// jobs with a fetch that failed, and the first error.
 struct Fetched {
@@ -53,6 +52,7 @@ struct Polled {
     crashed: Vec<(u32, u32, TaskHandle, Option<i32>)>,
 }
 
+/// Executes rounds on a backend.
 pub(crate) struct RealRounds<'a> {
     pub(crate) config: &'a RunConfig,
     pub(crate) backend: Arc<dyn Backend>,

@@ -331,7 +331,20 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         .and_then(|s| s.loop_state)
         .map(|l| l.warnings.into_iter().collect())
         .unwrap_or_default();
-    let (report, said) = run_with_bars(&config, backend, &args)?;
+    let bars = Bars::new(!args.json);
+    let job_bars: Vec<ProgressBar> = config
+        .jobs
+        .iter()
+        .map(|j| bars.bar(&escape(&j.name), j.iterations))
+        .collect();
+    // Kept to the end, with the bars: dropping it waits for calls still
+    // blocked in a backend (an SSH call to a host gone, past its timeout),
+    // which must not hold up the report and its files.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::output("the async runtime", e))?;
+    let (report, said) = run_with_bars(&rt, &config, backend, &bars, &job_bars)?;
     say_warnings(&args, &report, &said, &earlier);
     // The files first: a failure to write them is not hidden behind a
     // report that reads as success.
@@ -391,24 +404,16 @@ fn read_run_jobs(args: &RunArgs) -> Result<Vec<hadar_runtime::RunJob>, CliError>
     Ok(jobs)
 }
 
-/// Runs the jobs with a progress bar each (the run's events move them; its
-/// warnings are said as they come). Returns the report and the warnings
-/// said.
+/// Runs the jobs on `rt`, moving their progress bars by the run's events
+/// and saying its warnings as they come. Returns the report and the
+/// warnings said.
 fn run_with_bars(
+    rt: &tokio::runtime::Runtime,
     config: &RunConfig,
     backend: Arc<dyn Backend>,
-    args: &RunArgs,
+    bars: &Bars,
+    job_bars: &[ProgressBar],
 ) -> Result<(RunReport, HashSet<String>), CliError> {
-    let bars = Bars::new(!args.json);
-    let job_bars: Vec<ProgressBar> = config
-        .jobs
-        .iter()
-        .map(|j| bars.bar(&escape(&j.name), j.iterations))
-        .collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::output("the async runtime", e))?;
     let mut said: HashSet<String> = HashSet::new();
     let report = rt.block_on(run_jobs(config, backend, &mut |e| {
         match e {
@@ -424,7 +429,7 @@ fn run_with_bars(
                 job_bars[job].finish();
             }
             Event::Round { round, tasks } => {
-                for b in &job_bars {
+                for b in job_bars {
                     if !b.is_finished() {
                         b.set_message(format!("round {round}, {tasks} tasks"));
                     }

@@ -2,8 +2,9 @@
 //! policy is a [`Policy`] entry (its name, aliases, one line for `hadar
 //! policies`, what it is, how to build it) declared in the module that holds
 //! its scheduler, and listed once in [`Registry::builtin`]. Adding a policy
-//! is one file and one line there; a library user or a test adds one with
-//! [`Registry::register`].
+//! is one file and one line there; a library user or a test adds one to a
+//! registry of its own with [`Registry::register`] (the CLI and
+//! [`PolicyKind::parse`] know the built-in ones).
 //!
 //! A [`PolicyKind`] is a handle to an entry: cheap to copy and compare (by
 //! name), and enough to build the scheduler, so the round loop, the

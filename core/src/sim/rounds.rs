@@ -1,4 +1,4 @@
-//! The simulator as a backend: executes a round plan on a virtual clock,
+//! The simulator's round executor: executes a round plan on a virtual clock,
 //! with Gavel's accounting so that numbers compare.
 
 use crate::cluster::GpuId;
