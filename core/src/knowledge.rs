@@ -4,7 +4,6 @@
 //! `measured` mode the scheduler's view is built from the model's
 //! estimates, while the executor runs jobs at their true rates.
 
-use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::estimate::{Estimates, Kind, RateModel, Source};
@@ -16,11 +15,6 @@ use crate::workload::Workload;
 /// A change of a believed rate that makes the scheduler plan with it
 /// (rebuilding the scheduler's view costs a fresh plan).
 const REPLAN_CHANGE: f64 = 0.1;
-/// An estimate within this of the truth has converged.
-const CONVERGED: f64 = 0.1;
-/// Noisy measurements are floored at this factor of the truth (a 1 + F z
-/// draw can go negative for large F).
-const NOISE_FLOOR: f64 = 0.05;
 
 /// Where the scheduler's rates come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -155,27 +149,6 @@ pub struct KnowledgeState {
     exploration_gpu_s: f64,
     gpu_s: f64,
     replans: u64,
-    /// By job: the round it was first seen active, and per type the rounds
-    /// after that until its estimate came within 10% of the truth.
-    first_round: Vec<Option<u64>>,
-    converged: Vec<Vec<Option<u64>>>,
-}
-
-/// The factor a measurement is off by: 1 without noise, else `1 + F z`,
-/// `z` standard normal, drawn from the seed, the round and the job (so a
-/// run is reproducible and a resumed one draws the same).
-fn noise_factor(f: f64, seed: u64, round: u64, job: u32) -> f64 {
-    if f == 0.0 {
-        return 1.0;
-    }
-    let seed = seed
-        ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ u64::from(job).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    // Box-Muller.
-    let (u1, u2): (f64, f64) = (rng.random::<f64>().max(f64::MIN_POSITIVE), rng.random());
-    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-    (1.0 + f * z).max(NOISE_FLOOR)
 }
 
 /// The workload a scheduler sees in measured mode: `full`'s jobs and
@@ -190,7 +163,7 @@ pub fn estimated_workload(
         throughput_knowledge: ThroughputKnowledge::Measured,
         ..*settings
     };
-    let mut state = Some(KnowledgeState::new(model.clone(), full));
+    let mut state = Some(KnowledgeState::new(model.clone()));
     let knowledge = Knowledge::new(&settings, full, &mut state, false)
         .ok_or_else(|| crate::Error::setting("throughput_knowledge", "must be measured"))?;
     let table = knowledge.view_table(full, model);
@@ -204,16 +177,13 @@ pub fn estimated_workload(
 
 impl KnowledgeState {
     /// The state before the first round, with `model`'s evidence.
-    pub fn new(model: RateModel, workload: &Workload) -> Self {
-        let n = workload.jobs().len();
+    pub fn new(model: RateModel) -> Self {
         Self {
             model,
             measurements: 0,
             exploration_gpu_s: 0.0,
             gpu_s: 0.0,
             replans: 0,
-            first_round: vec![None; n],
-            converged: vec![vec![None; workload.cluster().gpu_types().len()]; n],
         }
     }
 }
@@ -232,8 +202,9 @@ pub(crate) struct Knowledge {
     built: Estimates,
     /// Which tasks of the round in flight were exploration.
     exploring: Vec<bool>,
-    /// The simulator's table is the truth: follow convergence.
-    track: bool,
+    /// The simulator's instrument: how fast estimates converge (its table
+    /// is the truth). A real run has none.
+    convergence: Option<convergence::Tracker>,
 }
 
 impl Knowledge {
@@ -261,7 +232,7 @@ impl Knowledge {
                 }));
             }
         }
-        let st = state.get_or_insert_with(|| KnowledgeState::new(RateModel::default(), workload));
+        let st = state.get_or_insert_with(|| KnowledgeState::new(RateModel::default()));
         let built = st.model.estimate(&kinds, &types);
         Some(Self {
             settings: *settings,
@@ -270,7 +241,7 @@ impl Knowledge {
             types,
             built,
             exploring: Vec::new(),
-            track,
+            convergence: track.then(|| convergence::Tracker::new(workload)),
         })
     }
 
@@ -470,10 +441,10 @@ impl Knowledge {
         moved
     }
 
-    /// The factor a measurement is off by (see [`noise_factor`]).
+    /// The factor a measurement is off by (see [`noise::factor`]).
     fn noise(&self, round: u64, job: u32) -> f64 {
         let s = &self.settings;
-        noise_factor(s.progress_noise, s.noise_seed, round, job)
+        noise::factor(s.progress_noise, s.noise_seed, round, job)
     }
 
     /// For `--explain`: the rates `job` was planned with this round, where
@@ -534,68 +505,25 @@ impl Knowledge {
     }
 
     /// Before a round is planned: notes, for each active job, the types on
-    /// which what the scheduler sees is within 10% of the truth.
-    pub(crate) fn track(
-        &self,
-        st: &mut KnowledgeState,
-        full: &Workload,
-        active: &[crate::job::JobId],
-        round: u64,
-    ) {
-        if !self.track {
-            return;
-        }
-        for &j in active {
-            let j = j.index();
-            let first = *st.first_round[j].get_or_insert(round);
-            let nt = self.types.len();
-            for t in 0..nt {
-                let truth = full.rates_of(j)[t];
-                let Some(k) = self.kind_of[j * nt + t] else {
-                    continue;
-                };
-                if st.converged[j][t].is_some() || truth <= 0.0 {
-                    continue;
-                }
-                let est = self.built.get(k, t).rate;
-                if (est / truth - 1.0).abs() <= CONVERGED {
-                    st.converged[j][t] = Some(round - first);
-                }
-            }
+    /// which what the scheduler sees is within 10% of the truth (the
+    /// simulator only).
+    pub(crate) fn track(&mut self, full: &Workload, active: &[crate::job::JobId], round: u64) {
+        if let Some(tracker) = self.convergence.as_mut() {
+            let view = convergence::View {
+                built: &self.built,
+                kind_of: &self.kind_of,
+                types: self.types.len(),
+            };
+            tracker.track(&view, full, active, round);
         }
     }
 
     /// The report at the end.
     pub(crate) fn report(&self, st: &KnowledgeState, full: &Workload) -> KnowledgeReport {
-        let convergence = self.track.then(|| {
-            let mut rounds = Vec::new();
-            let (mut pairs, mut never) = (0, 0);
-            for (j, first) in st.first_round.iter().enumerate() {
-                if first.is_none() {
-                    continue;
-                }
-                for t in 0..self.types.len() {
-                    if full.rates_of(j)[t] <= 0.0 {
-                        continue;
-                    }
-                    pairs += 1;
-                    match st.converged[j][t] {
-                        Some(r) => rounds.push(r as f64),
-                        None => never += 1,
-                    }
-                }
-            }
-            rounds.sort_by(f64::total_cmp);
-            let q = |p: f64| crate::stats::quantile(&rounds, p);
-            Convergence {
-                pairs,
-                at_arrival: rounds.iter().filter(|r| **r == 0.0).count(),
-                never,
-                p50_rounds: q(0.5),
-                p90_rounds: q(0.9),
-                max_rounds: rounds.last().copied().unwrap_or(0.0),
-            }
-        });
+        let convergence = self
+            .convergence
+            .as_ref()
+            .map(|t| t.report(full, self.types.len()));
         KnowledgeReport {
             settings: self.settings,
             measurements: st.measurements,
@@ -612,5 +540,7 @@ impl Knowledge {
     }
 }
 
+mod convergence;
+mod noise;
 #[cfg(test)]
 mod tests;

@@ -645,7 +645,7 @@ pub fn knowledge(config: &RunConfig) -> KnowledgeSettings {
 fn with_given_rates(saved: Option<LoopState>, workload: &Workload, jobs: &[RunJob]) -> LoopState {
     let mut st = saved.unwrap_or_else(|| LoopState::new(workload));
     match &mut st.knowledge {
-        None => st.knowledge = Some(KnowledgeState::new(jobs::given_rates(jobs), workload)),
+        None => st.knowledge = Some(KnowledgeState::new(jobs::given_rates(jobs))),
         // Resumed: the file's rates as they are now (edited since, say),
         // beside what was measured.
         Some(k) => jobs::give_rates(jobs, &mut k.model),

@@ -96,8 +96,8 @@ impl<'a> Rounds<'a> {
         let workload = self.lp.workload;
         let settings = self.lp.settings;
         let now = st.now_s;
-        if let (Some(k), Some(ks)) = (&self.know, st.knowledge.as_mut()) {
-            k.track(ks, workload, &st.jobs.active, st.round);
+        if let Some(k) = self.know.as_mut() {
+            k.track(workload, &st.jobs.active, st.round);
         }
         let ctx = RoundContext {
             workload: &self.view.workload,

@@ -117,10 +117,10 @@ fn the_view_shows_estimates_with_the_bonus_on_what_was_not_measured() {
 
 #[test]
 fn noise_is_seeded_and_centred() {
-    assert_eq!(noise_factor(0.0, 7, 3, 4), 1.0);
-    assert_eq!(noise_factor(0.1, 7, 3, 4), noise_factor(0.1, 7, 3, 4));
-    assert_ne!(noise_factor(0.1, 7, 3, 4), noise_factor(0.1, 8, 3, 4));
-    let draws: Vec<f64> = (0..4000).map(|i| noise_factor(0.1, 1, i, 9)).collect();
+    assert_eq!(noise::factor(0.0, 7, 3, 4), 1.0);
+    assert_eq!(noise::factor(0.1, 7, 3, 4), noise::factor(0.1, 7, 3, 4));
+    assert_ne!(noise::factor(0.1, 7, 3, 4), noise::factor(0.1, 8, 3, 4));
+    let draws: Vec<f64> = (0..4000).map(|i| noise::factor(0.1, 1, i, 9)).collect();
     let mean = draws.iter().sum::<f64>() / draws.len() as f64;
     let var = draws.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / draws.len() as f64;
     assert!((mean - 1.0).abs() < 0.01, "{mean}");
@@ -255,4 +255,20 @@ fn a_pair_measured_for_the_first_time_replans_even_when_rates_alone_hold() {
     // Rates alone unchanged, but a pair never measured before: re-plan.
     assert!(learn(2, true));
     assert!(!learn(3, true), "the same pair at the same rates");
+}
+
+#[test]
+fn a_state_saved_with_the_old_convergence_vectors_still_loads() {
+    // Before the simulator's convergence tracking left the saved state, a
+    // real run's state file carried it; such a file must still resume.
+    let mut value = serde_json::to_value(KnowledgeState::new(RateModel::default())).unwrap();
+    let fields = value.as_object_mut().unwrap();
+    fields.insert("measurements".into(), 3.into());
+    fields.insert("first_round".into(), serde_json::json!([null, 4]));
+    fields.insert("converged".into(), serde_json::json!([[null], [2]]));
+    let back: KnowledgeState = serde_json::from_value(value).unwrap();
+    assert_eq!(back.measurements, 3);
+    assert!(!serde_json::to_string(&back)
+        .unwrap()
+        .contains("first_round"));
 }
