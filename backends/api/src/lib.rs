@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use hadar_core::executor::Capabilities;
+pub use hadar_model::Capabilities;
 pub use protocol::Report;
 pub use ranks::{Rank, Ranks, Rendezvous};
 pub use signal::{Signal, UnknownSignal};

@@ -46,7 +46,7 @@ pub const FACTORY: Factory = Factory {
     check_table: None,
 };
 
-fn build(_: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
+fn build(_: &BackendInputs<'_>) -> hadar_model::Result<Arc<dyn Backend>> {
     Ok(Arc::new(LocalBackend::new()))
 }
 

@@ -83,7 +83,7 @@ pub const FACTORY: Factory = Factory {
     check_table: Some(config::check_table),
 };
 
-fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
+fn build(inputs: &BackendInputs<'_>) -> hadar_model::Result<Arc<dyn Backend>> {
     let options = config::from_toml(inputs.cluster_toml, inputs.cluster_source)?;
     let want = inputs
         .cluster

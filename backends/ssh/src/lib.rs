@@ -33,7 +33,7 @@ use hadar_backend::{
     Backend, BackendError, Capabilities, Rank, StopPolicy, TaskHandle, TaskSpec, TaskState,
     TaskStatus, KILL_WAIT,
 };
-use hadar_core::error::{Error, Location};
+use hadar_model::error::{Error, Location};
 use ssh2::{CheckResult, KnownHostFileKind, Session};
 
 pub mod config;
@@ -49,7 +49,7 @@ pub const FACTORY: Factory = Factory {
     check_table: Some(config::check_table),
 };
 
-fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
+fn build(inputs: &BackendInputs<'_>) -> hadar_model::Result<Arc<dyn Backend>> {
     let (hosts, options) =
         config::from_toml(inputs.cluster_toml, inputs.cluster_source, inputs.base_dir)?;
     if hosts.is_empty() {
