@@ -823,3 +823,69 @@ async fn copies_that_together_reach_the_total_are_stopped_then() {
         state.jobs[0]
     );
 }
+
+/// The task directories under `dir` (a run's state), and those of them that
+/// still hold their log.
+fn task_dirs(dir: &std::path::Path) -> (Vec<String>, Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir.join("tasks")) else {
+        return (vec![], vec![]);
+    };
+    let all: Vec<std::path::PathBuf> = entries.map(|e| e.expect("entry").path()).collect();
+    let name = |p: &std::path::PathBuf| p.file_name().expect("name").to_string_lossy().into();
+    let logged = all
+        .iter()
+        .filter(|p| p.join("task.log").exists())
+        .map(name)
+        .collect();
+    (all.iter().map(name).collect(), logged)
+}
+
+/// Once a task has ended, its checkpoint is collected and the state saved,
+/// the runtime removes what it left on its node (`Backend::cleanup`; the
+/// local backend: its log); `keep_task_dirs` keeps it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_tasks_are_cleaned_up_unless_kept() {
+    for keep in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = config(PolicyKind::HADAR, dir.path(), 3000);
+        cfg.keep_task_dirs = keep;
+        let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+            .await
+            .expect("run");
+        for j in &report.jobs {
+            assert_eq!(j.state, "finished", "{j:?}");
+        }
+        let (dirs, logged) = task_dirs(dir.path());
+        assert!(dirs.len() >= 4, "{dirs:?}");
+        if keep {
+            assert_eq!(logged, dirs, "kept");
+        } else {
+            assert!(logged.is_empty(), "left behind: {logged:?}");
+        }
+    }
+}
+
+/// A task that failed keeps what it left (the warning points at its log),
+/// also where the others' go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_task_keeps_its_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 1);
+    cfg.jobs = parse_jobs(
+        "[[job]]\nname = \"crashing\"\ncommand = [\"/bin/sh\", \"-c\", \
+         \"echo starting; exit 2\"]\niterations = 5\n\
+         throughput = { v100 = 2.0, k80 = 1.0 }\n",
+        "jobs.toml",
+    )
+    .expect("jobs");
+    let err = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect_err("five tasks without a checkpoint stop the run");
+    assert!(
+        err.to_string().contains("without writing a checkpoint"),
+        "{err}"
+    );
+    let (dirs, logged) = task_dirs(dir.path());
+    assert!(dirs.len() >= 5, "{dirs:?}");
+    assert_eq!(logged, dirs, "every failed task's log stays");
+}
