@@ -9,7 +9,10 @@ every `crate::b` path in `a`'s production code (test modules and `*tests.rs`
 files are left out: a test may reach anywhere). Prints each module's imports,
 then every strongly connected component with more than one module (a circle).
 The crate root (`lib.rs`) only declares modules and re-exports, so it is not a
-node.
+node. A module the root re-exports from another crate (`pub use
+hadar_model::{cluster, error};` in core) is still reached as `crate::cluster`:
+it is a node, marked with its crate, that imports nothing of this crate (a
+crate below cannot import one above, so it closes no circle).
 """
 
 import re
@@ -57,8 +60,29 @@ def module_of(src: Path, path: Path) -> str | None:
     return rel.parts[0].removesuffix(".rs")
 
 
+# `pub use other_crate::{a, b};` or `pub use other_crate::a;` in the crate root.
+REEXPORT = re.compile(r"\bpub\s+use\s+(\w+)::(?:\{([^}]*)\}|(\w+))\s*;")
+
+
+def reexported(src: Path, local: set[str]) -> dict[str, str]:
+    """Lower-case names (modules) the root re-exports from another crate, with that crate."""
+    root = next((src / n for n in ("lib.rs", "main.rs") if (src / n).is_file()), None)
+    if root is None:
+        return {}
+    out = {}
+    for m in REEXPORT.finditer(LINE_COMMENT.sub("", root.read_text())):
+        source, group, single = m.groups()
+        if source in ("crate", "self", "super") or source in local:
+            continue
+        for name in re.findall(r"\w+", group or single):
+            if name[0].islower() and name not in local:
+                out[name] = source
+    return out
+
+
 def graph(src: Path) -> dict[str, set[str]]:
     modules = {module_of(src, p) for p in src.rglob("*.rs")} - {None}
+    modules |= set(reexported(src, modules))
     edges: dict[str, set[str]] = {m: set() for m in modules}
     for path in sorted(src.rglob("*.rs")):
         m = module_of(src, path)
@@ -113,8 +137,12 @@ def main() -> int:
         print(f"import_graph: {src} is not a directory (give a crate's src/)", file=sys.stderr)
         return 2
     edges = graph(src)
+    outside = reexported(src, {module_of(src, p) for p in src.rglob("*.rs")} - {None})
     print(f"# imports between the top-level modules of {src}")
     for m in sorted(edges):
+        if m in outside:
+            print(f"{m} -> (re-exported from {outside[m]})")
+            continue
         print(f"{m} -> {', '.join(sorted(edges[m])) or '(nothing)'}")
     found = circles(edges)
     if not found:

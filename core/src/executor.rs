@@ -3,29 +3,13 @@
 //! rounds in virtual time; the runtime (`hadar-runtime`) executes them on a
 //! real backend (`hadar-backend`). The loop knows nothing else of either.
 
-use serde::Serialize;
+// Backends declare capabilities too, so the struct lives in `hadar-model`.
+pub use hadar_model::Capabilities;
 
 use crate::error::Result;
 use crate::plan::RoundPlan;
 use crate::report::RoundReport;
 use crate::state::{JobsState, LoopState};
-
-/// What an executor can do (OpenDAL-style capability flags). The loop and
-/// the planner read them; nothing else about an executor is known to them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct Capabilities {
-    /// Time is virtual: rounds cost no wall-clock time.
-    pub virtual_time: bool,
-    /// Two jobs' tasks may share the same GPUs in a round (space sharing, at
-    /// the table's measured co-location rates).
-    pub share_gpus: bool,
-    /// One task may span several nodes (a gang over two machines). Without
-    /// it the loop never hands over a task whose GPUs are on two nodes.
-    pub multi_node: bool,
-    /// Task directories are on a filesystem this machine shares (files need
-    /// no copying; checkpoints are still fetched through the backend).
-    pub shared_fs: bool,
-}
 
 /// Executes round plans. The simulator and the real runtime implement it.
 #[async_trait::async_trait(?Send)]

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use hadar_core::cluster::Cluster;
-use hadar_core::error::{Error, Location, Result};
+use hadar_model::cluster::Cluster;
+use hadar_model::error::{Error, Location, Result};
 
 use crate::Backend;
 

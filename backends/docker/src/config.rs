@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hadar_backend::registry::nodes_with;
-use hadar_core::error::{Error, Location, Result};
+use hadar_model::error::{Error, Location, Result};
 use serde::Deserialize;
 
 /// TLS material of a `tcp://` daemon.

@@ -61,7 +61,7 @@ use hadar_backend::{
     stop_sequence, Backend, BackendError, Capabilities, Rank, Signal, StopPolicy, TaskHandle,
     TaskSpec, TaskState, TaskStatus, KILL_WAIT,
 };
-use hadar_core::error::{Error, Location};
+use hadar_model::error::{Error, Location};
 use tokio::sync::Mutex;
 
 pub mod config;
@@ -150,7 +150,7 @@ pub fn check_job_options(options: &toml::Table) -> Result<(), String> {
     job_shm_mb(options).map(|_| ())
 }
 
-fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
+fn build(inputs: &BackendInputs<'_>) -> hadar_model::Result<Arc<dyn Backend>> {
     let (nodes, options) =
         config::from_toml(inputs.cluster_toml, inputs.cluster_source, inputs.base_dir)?;
     if let Some(n) = inputs

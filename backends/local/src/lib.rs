@@ -46,7 +46,7 @@ pub const FACTORY: Factory = Factory {
     check_table: None,
 };
 
-fn build(_: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
+fn build(_: &BackendInputs<'_>) -> hadar_model::Result<Arc<dyn Backend>> {
     Ok(Arc::new(LocalBackend::new()))
 }
 
@@ -355,15 +355,9 @@ impl Backend for LocalBackend {
         }
         drop(children);
         for (rank, _) in rank_ids(task)?.iter().enumerate() {
-            let log = task.workdir.join(log_name(rank as u32));
-            self.reports.forget(&log);
-            match std::fs::remove_file(&log) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(BackendError::io(task.node(), &log, e))
-                }
-                _ => {}
-            }
+            self.reports
+                .forget(&task.workdir.join(log_name(rank as u32)));
         }
-        Ok(())
+        hadar_backend::remove_task_dir_here(task)
     }
 }

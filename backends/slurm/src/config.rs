@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hadar_core::error::{Error, Location, Result};
+use hadar_model::error::{Error, Location, Result};
 use serde::Deserialize;
 
 use crate::SlurmOptions;

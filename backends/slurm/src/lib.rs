@@ -83,7 +83,7 @@ pub const FACTORY: Factory = Factory {
     check_table: Some(config::check_table),
 };
 
-fn build(inputs: &BackendInputs<'_>) -> hadar_core::Result<Arc<dyn Backend>> {
+fn build(inputs: &BackendInputs<'_>) -> hadar_model::Result<Arc<dyn Backend>> {
     let options = config::from_toml(inputs.cluster_toml, inputs.cluster_source)?;
     let want = inputs
         .cluster
@@ -1329,16 +1329,8 @@ impl Backend for SlurmBackend {
             }
         }
         self.reports.forget(&task.workdir.join(LOG_FILE));
-        for rank in 0..steps.len() {
-            let log = task.workdir.join(log_name(rank as u32));
-            match std::fs::remove_file(&log) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(BackendError::io(task.node(), &log, e))
-                }
-                _ => {}
-            }
-        }
-        Ok(())
+        // The nodes share this machine's filesystem: the directory goes here.
+        hadar_backend::remove_task_dir_here(task)
     }
 }
 

@@ -1,4 +1,4 @@
-//! Errors of `hadar-core`.
+//! Errors of the engine (`hadar-model`, re-exported by `hadar-core` as `hadar_core::error`).
 //!
 //! Every error that comes from an input file says where (file, line, field)
 //! and what was expected, so that the CLI can print it as is.
@@ -57,7 +57,7 @@ impl fmt::Display for Location {
     }
 }
 
-/// Errors returned by `hadar-core`.
+/// Errors returned by the engine (`hadar-model`, `hadar-core`) and its inputs.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A file could not be read or written.
