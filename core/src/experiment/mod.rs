@@ -5,7 +5,7 @@
 
 mod result;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use crate::bounds::{jct_lower_bound, makespan_lower_bound};
@@ -68,18 +68,14 @@ impl Default for SimSettings {
     }
 }
 
-/// A bound the LP solver could not find is left out, with a warning, and
-/// the run goes on: it measures policies, and a bound only puts their
-/// figures beside it.
-fn skip_failed(what: &str, bound: Result<f64>) -> Result<Option<f64>> {
-    match bound {
-        Ok(b) => Ok(Some(b)),
-        Err(e @ Error::Solver { .. }) => {
-            tracing::warn!("{what} is left out: {e}");
-            Ok(None)
-        }
-        Err(e) => Err(e),
-    }
+/// A bound that could not be had is left out, with a warning, and the run
+/// goes on: it measures policies, and a bound only puts their figures
+/// beside it (and it is solved at the end of a real run, which must not
+/// fail there).
+fn skip_failed(what: &str, bound: Result<f64>) -> Option<f64> {
+    bound
+        .inspect_err(|e| tracing::warn!("{what} is left out: {e}"))
+        .ok()
 }
 
 /// Lower bounds of a workload, computed once and shared by every policy's run.
@@ -101,11 +97,19 @@ pub struct Bounds {
 pub struct Experiment {
     workload: Arc<Workload>,
     settings: SimSettings,
-    bounds: Bounds,
+    /// The measured jobs alone, the makespan bounds' workload (when asked).
+    measured: Option<Arc<Workload>>,
+    mean_jct_s: f64,
+    forked_mean_jct_s: f64,
+    /// The makespan bounds, LPs solved when a result first needs them (so
+    /// that a real run's first task does not wait for an LP over all its
+    /// jobs), shared by the clones.
+    makespans: Arc<OnceLock<(Option<f64>, Option<f64>)>>,
 }
 
 impl Experiment {
-    /// Checks the settings and computes the bounds.
+    /// Checks the settings and computes the closed-form bounds (the
+    /// makespan LPs wait for [`Self::bounds`]).
     pub fn new(workload: Arc<Workload>, settings: SimSettings) -> Result<Self> {
         let n = workload.jobs().len() as u32;
         let workload = if settings.restart_cost_s == 0.0 {
@@ -122,42 +126,40 @@ impl Experiment {
                 ));
             }
         }
-        let measured: Vec<usize> = measured_ids(&settings, n as usize).collect();
-        // Both makespan bounds are LPs over the measured jobs only.
-        let (makespan_s, forked_makespan_s) = if settings.makespan_bound {
-            let sub = if measured.len() == workload.jobs().len() {
-                workload.clone()
-            } else {
-                Arc::new(workload.subset(&measured)?)
-            };
-            let forked = settings
-                .forked_bound
-                .then(|| crate::bounds::forked_makespan_lower_bound(&sub, settings.fork_model));
-            (
-                skip_failed("the makespan bound", makespan_lower_bound(&sub))?,
-                match forked {
-                    Some(b) => skip_failed("the forked-job makespan bound", b)?,
-                    None => None,
-                },
-            )
-        } else {
-            (None, None)
+        let ids: Vec<usize> = measured_ids(&settings, n as usize).collect();
+        let measured = match settings.makespan_bound {
+            false => None,
+            true if ids.len() == workload.jobs().len() => Some(workload.clone()),
+            true => Some(Arc::new(workload.subset(&ids)?)),
         };
-        let bounds = Bounds {
-            makespan_s,
-            forked_makespan_s,
-            mean_jct_s: jct_lower_bound(&workload, measured.iter().copied()),
+        Ok(Self {
+            mean_jct_s: jct_lower_bound(&workload, ids.iter().copied()),
             forked_mean_jct_s: crate::bounds::forked_jct_lower_bound(
                 &workload,
                 settings.fork_model,
-                measured.iter().copied(),
+                ids.iter().copied(),
             )?,
-        };
-        Ok(Self {
             workload,
             settings,
-            bounds,
+            measured,
+            makespans: Arc::default(),
         })
+    }
+
+    /// The two makespan LPs over the measured jobs (the forked one only
+    /// when asked).
+    fn makespan_bounds(&self) -> (Option<f64>, Option<f64>) {
+        let Some(sub) = &self.measured else {
+            return (None, None);
+        };
+        let forked = self.settings.forked_bound.then(|| {
+            let b = crate::bounds::forked_makespan_lower_bound(sub, self.settings.fork_model);
+            skip_failed("the forked-job makespan bound", b)
+        });
+        (
+            skip_failed("the makespan bound", makespan_lower_bound(sub)),
+            forked.flatten(),
+        )
     }
 
     /// The workload.
@@ -165,9 +167,16 @@ impl Experiment {
         &self.workload
     }
 
-    /// The bounds.
+    /// The bounds (the makespan LPs solved on the first call).
     pub fn bounds(&self) -> Bounds {
-        self.bounds
+        let (makespan_s, forked_makespan_s) =
+            *self.makespans.get_or_init(|| self.makespan_bounds());
+        Bounds {
+            makespan_s,
+            forked_makespan_s,
+            mean_jct_s: self.mean_jct_s,
+            forked_mean_jct_s: self.forked_mean_jct_s,
+        }
     }
 
     /// The settings.

@@ -197,3 +197,20 @@ fn copies_that_restart_forever_stop_the_run_with_a_reason() {
     let e = hadare(&gang_of_four(), 500.0, false).unwrap_err();
     assert!(e.to_string().contains("without progress"), "{e}");
 }
+
+#[test]
+fn the_makespan_lps_wait_for_the_first_result_and_are_solved_once() {
+    // A real run builds its experiment before its first task: the LPs over
+    // all its jobs must not hold that task up.
+    let w = workload(4, 100, 2, None);
+    let exp = Experiment::new(w.clone(), SimSettings::default()).unwrap();
+    assert!(exp.makespans.get().is_none(), "solved before any result");
+    let shared = exp.clone();
+    let first = exp.bounds();
+    assert!(first.makespan_s.is_some_and(|m| m >= 200.0), "{first:?}");
+    assert!(
+        shared.makespans.get().is_some(),
+        "a clone solves them again"
+    );
+    assert_eq!(shared.bounds(), first);
+}

@@ -77,6 +77,7 @@ impl Experiment {
         let avg_jct_s = mean(jcts.iter().copied());
         // Forked jobs answer to the forked-job bound.
         let forked = policy.forks;
+        let bounds = self.bounds();
         Summary {
             policy: policy.name.to_string(),
             makespan_s,
@@ -90,21 +91,21 @@ impl Experiment {
             ftf_mean: mean(ftfs.iter().copied()),
             jobs_completed: jcts.len(),
             jobs_measured: measured.len(),
-            lower_bound_s: self.bounds.makespan_s,
-            forked_lower_bound_s: self.bounds.forked_makespan_s,
+            lower_bound_s: bounds.makespan_s,
+            forked_lower_bound_s: bounds.forked_makespan_s,
             makespan_over_bound: if forked {
-                self.bounds.forked_makespan_s
+                bounds.forked_makespan_s
             } else {
-                self.bounds.makespan_s
+                bounds.makespan_s
             }
             .map(|b| makespan_s / b),
-            jct_lower_bound_s: self.bounds.mean_jct_s,
-            forked_jct_lower_bound_s: self.bounds.forked_mean_jct_s,
+            jct_lower_bound_s: bounds.mean_jct_s,
+            forked_jct_lower_bound_s: bounds.forked_mean_jct_s,
             jct_over_bound: {
                 let bound = if forked {
-                    self.bounds.forked_mean_jct_s
+                    bounds.forked_mean_jct_s
                 } else {
-                    self.bounds.mean_jct_s
+                    bounds.mean_jct_s
                 };
                 if bound > 0.0 {
                     avg_jct_s / bound
