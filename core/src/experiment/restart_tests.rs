@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::cluster::Cluster;
-use crate::job::Job;
+use crate::job::{Job, JobId};
 use crate::throughput::ThroughputTable;
 
 /// `jobs` single-GPU jobs of `steps` steps at 1 step/s on `gpus` V100s
@@ -213,4 +213,33 @@ fn the_makespan_lps_wait_for_the_first_result_and_are_solved_once() {
         "a clone solves them again"
     );
     assert_eq!(shared.bounds(), first);
+}
+
+#[test]
+fn explain_says_what_a_move_would_cost() {
+    // Three jobs on two GPUs: job 0 runs, and a later round keeps it.
+    let w = workload(3, 2000, 2, None);
+    let settings = SimSettings {
+        restart_cost_s: 60.0,
+        makespan_bound: false,
+        forked_bound: false,
+        explain: Some(JobId(0)),
+        ..SimSettings::default()
+    };
+    let r = Experiment::new(w, settings)
+        .unwrap()
+        .run(PolicyKind::HADAR, &mut |_| {})
+        .unwrap();
+    let lines = &r.explanations;
+    assert!(
+        lines[0].contains("restart cost 60 s on a start or a move (it did not run last round"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("keeping last round's 1 v100 costs nothing")),
+        "{lines:#?}"
+    );
 }

@@ -27,6 +27,11 @@ pub struct Explanation {
     pub options: Vec<Candidate>,
     /// The admission limit on loss plus cost.
     pub admission_limit: f64,
+    /// The restart cost the plan charges the job on a start or a move (s;
+    /// 0 where starts are free or plans do not weigh them), and the GPUs
+    /// per type it ran on last round as one task (keeping them is free).
+    pub restart_s: f64,
+    pub held: Vec<(usize, u32)>,
     /// What happened.
     pub outcome: Outcome,
 }
@@ -92,14 +97,36 @@ impl Explanation {
             })
             .collect();
         format!(
-            "round {} t={:.2} h job {} ({} of {} in order): {what}; prices {}; best options: {}",
+            "round {} t={:.2} h job {} ({} of {} in order): {what}; prices {}; best options: {}{}",
             self.round,
             self.now_s / 3600.0,
             self.job,
             self.position.0 + 1,
             self.position.1,
             prices.join(", "),
-            options.join("; ")
+            options.join("; "),
+            self.restart_note(&name)
+        )
+    }
+
+    /// What a move would cost the job, where plans weigh it.
+    fn restart_note<'a>(&self, name: &impl Fn(usize) -> &'a str) -> String {
+        if self.restart_s <= 0.0 {
+            return String::new();
+        }
+        let kept = if self.held.is_empty() {
+            "it did not run last round as one task, so any start pays it".to_string()
+        } else {
+            let held: Vec<String> = self
+                .held
+                .iter()
+                .map(|&(t, n)| format!("{n} {}", name(t)))
+                .collect();
+            format!("keeping last round's {} costs nothing", held.join(" + "))
+        };
+        format!(
+            "; restart cost {:.0} s on a start or a move ({kept})",
+            self.restart_s
         )
     }
 }

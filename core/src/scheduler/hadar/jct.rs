@@ -148,6 +148,8 @@ impl HadarScheduler {
                     options,
                     admission_limit: limit,
                     outcome,
+                    restart_s: view.restart_s,
+                    held: view.held.to_vec(),
                 });
             }
         }
