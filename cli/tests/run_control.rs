@@ -360,8 +360,7 @@ fn the_default_relative_state_directory_keeps_every_checkpoint() {
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"))
         .arg("--jobs")
         .arg(&jobs)
-        // The task directories are looked into below.
-        .args(["--round-seconds", "1", "--keep-task-dirs", "--json"])
+        .args(["--round-seconds", "1", "--json"])
         .output()
         .expect("run hadar");
     let v = report(&o);

@@ -263,9 +263,9 @@ pub struct RunConfig {
     /// for a look at its files after the run. Default (`false`): once a
     /// task has ended, its checkpoint is collected and the state that no
     /// longer holds it is saved, the runtime removes its leftovers
-    /// ([`Backend::cleanup`]: its directory, with a copy of the checkpoint
-    /// it resumed from and the one it wrote; a Docker task's containers),
-    /// so that they do not pile up on the nodes round after round. A task that failed
+    /// ([`Backend::cleanup`]: what that is is the backend's, e.g. a Docker
+    /// task's containers), so that they do not pile up on the nodes round
+    /// after round. A task that failed
     /// (crashed, hung, a broken gang, no checkpoint) is kept either way: the
     /// warning that says so points at its log.
     pub keep_task_dirs: bool,

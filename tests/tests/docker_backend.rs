@@ -105,11 +105,7 @@ fn harness(node: &str, peer: Option<&str>) -> Harness {
         unreachable: Some("gone".into()),
         keep: Box::new(dir),
         peer: peer.map(str::to_string),
-        opt_out: vec![(
-            "cleanup_removes_what_the_task_left",
-            "cleanup removes the task's containers; a task directory bind-mounted from this \
-             machine (shared_fs) stays: not removed yet",
-        )],
+        opt_out: vec![],
     }
 }
 

@@ -265,43 +265,6 @@ pub fn fetch_here(task: &TaskHandle, name: &str, local: &Path) -> Result<bool, B
     Ok(true)
 }
 
-/// A task's directory, checked to be one that `cleanup` may remove with
-/// everything in it: absolute, below a directory below the root, without
-/// `..` (a handle from a damaged state file must not name `/` or `/home`).
-/// The directory is the task's own: the runtime gives each launch one, and
-/// the job protocol hands it to the task as `HADAR_CHECKPOINT_DIR`.
-pub fn removable_task_dir(task: &TaskHandle) -> Result<&Path, BackendError> {
-    let dir = task.workdir.as_path();
-    let depth = dir
-        .components()
-        .filter(|c| matches!(c, std::path::Component::Normal(_)))
-        .count();
-    let odd = dir
-        .components()
-        .any(|c| matches!(c, std::path::Component::ParentDir));
-    if !dir.is_absolute() || depth < 2 || odd {
-        return Err(BackendError::Invalid(format!(
-            "{} is not a task's directory to remove (absolute, two levels deep at least, \
-             no `..`)",
-            dir.display()
-        )));
-    }
-    Ok(dir)
-}
-
-/// `cleanup`'s last step on a backend whose nodes share this machine's
-/// filesystem (local, Slurm): the task's directory removed with everything
-/// in it ([`removable_task_dir`]); one already gone is fine.
-pub fn remove_task_dir_here(task: &TaskHandle) -> Result<(), BackendError> {
-    let dir = removable_task_dir(task)?;
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(BackendError::io(task.node(), dir, e))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// Where a task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskState {
@@ -465,10 +428,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError>;
     /// Removes what the task left on its nodes (not the copies of its files
-    /// the runtime fetched): a process still there is killed, its directory
-    /// removed with everything in it ([`removable_task_dir`]), its container
-    /// (if any) removed. The runtime calls it once the task has ended and its
-    /// checkpoint is collected (docs/backends.md).
+    /// the runtime fetched).
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError>;
     /// Finds a live task by its token: `task` is the handle a launch would
     /// have returned, less its `id` (empty). The runtime records each launch
@@ -549,30 +509,5 @@ mod tests {
         assert_eq!(super::read_tail(&p, 5).expect("tail"), "boom\n");
         assert_eq!(super::read_tail(&p, 1000).expect("tail").len(), 28);
         assert!(super::read_tail(dir.path(), 5).is_err(), "a directory");
-    }
-
-    #[test]
-    fn only_a_task_directory_is_removed() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let task_dir = dir.path().join("tasks").join("job0-round0-copy0-l1");
-        std::fs::create_dir_all(task_dir.join(".hadar-launch-0")).expect("dirs");
-        std::fs::write(task_dir.join("checkpoint.safetensors"), "x").expect("write");
-        let handle = |workdir: &str| super::TaskHandle {
-            id: "1".into(),
-            nodes: vec!["n".into()],
-            workdir: workdir.into(),
-            token: "t".into(),
-        };
-        let task = handle(&task_dir.display().to_string());
-        super::remove_task_dir_here(&task).expect("removed");
-        assert!(!task_dir.exists());
-        assert!(dir.path().join("tasks").is_dir(), "its parent stays");
-        super::remove_task_dir_here(&task).expect("already gone is fine");
-        for odd in ["/", "/home", "relative/dir", "/tmp/x/../.."] {
-            assert!(
-                super::remove_task_dir_here(&handle(odd)).is_err(),
-                "{odd} was taken for a task's directory"
-            );
-        }
     }
 }

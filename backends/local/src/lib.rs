@@ -355,9 +355,15 @@ impl Backend for LocalBackend {
         }
         drop(children);
         for (rank, _) in rank_ids(task)?.iter().enumerate() {
-            self.reports
-                .forget(&task.workdir.join(log_name(rank as u32)));
+            let log = task.workdir.join(log_name(rank as u32));
+            self.reports.forget(&log);
+            match std::fs::remove_file(&log) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(BackendError::io(task.node(), &log, e))
+                }
+                _ => {}
+            }
         }
-        hadar_backend::remove_task_dir_here(task)
+        Ok(())
     }
 }

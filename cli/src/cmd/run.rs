@@ -92,10 +92,10 @@ pub struct RunArgs {
     /// files aside (to DIR.old-<time>) instead of resuming it.
     #[arg(long)]
     pub fresh: bool,
-    /// Keep what each task left on its nodes (its directory, a Docker
-    /// task's containers until the run ends) after it ended and its
-    /// checkpoint was collected, for a look at its files; by default it is
-    /// removed then (a failed task's stays either way, for its log).
+    /// Keep what each task left on its nodes (its log, a Docker task's
+    /// containers) after it ended and its checkpoint was collected, for a
+    /// look at its files; by default it is removed then (a failed task's
+    /// stays either way, for its log).
     #[arg(long)]
     pub keep_task_dirs: bool,
     /// Optimism for rates neither given nor measured yet: the scheduler sees
