@@ -49,9 +49,6 @@ env = {{ PYTHONPATH = {json.dumps(str(PYTHON_SRC))}, TRAIN_STEP_SECONDS = "{step
         "1",
         "--grace",
         "5",
-        # The tests read the task directories' logs and checkpoints after the
-        # run: kept (by default they go once each task is collected).
-        "--keep-task-dirs",
         "--json",
     ]
 

@@ -60,12 +60,6 @@ pub(crate) struct RealRounds<'a> {
     pub(crate) state: RunState,
     pub(crate) on_event: &'a mut (dyn FnMut(Event) + Send),
     pub(crate) clock: RunClock,
-    /// Ended tasks whose checkpoints are banked and whose leftovers go
-    /// ([`Backend::cleanup`]) once the state that no longer holds them is
-    /// saved (a run killed before that save finds their checkpoints where
-    /// they were, and collects them again). Not saved: a run killed after
-    /// the save leaves them on the nodes, which loses no work.
-    pub(crate) banked: Vec<TaskHandle>,
 }
 
 /// The run's time (s since its start), from the monotonic clock: the wall
@@ -142,9 +136,6 @@ struct Ledger {
     /// By task: how it failed this poll, where its log is and the last
     /// lines it printed (for its job's error).
     crashes: HashMap<Key, String>,
-    /// Tasks that failed this poll (exited with an error, hung, a broken
-    /// gang): their directories stay for a look at their logs.
-    failed: HashSet<Key>,
 }
 
 /// Books a task's status into it and its job: the iterations it grew by
@@ -386,9 +377,6 @@ impl RealRounds<'_> {
                 // Copies stopped after their job finished: its model is the
                 // one that reached the total; theirs, behind it, would
                 // replace it.
-                if !unfetched.contains(job) {
-                    self.clean_up_later(tasks, ledger);
-                }
                 continue;
             }
             let installed = if unfetched.contains(job) {
@@ -409,65 +397,8 @@ impl RealRounds<'_> {
                 continue;
             };
             self.credit(*job, tasks, banked, !got.is_empty(), ledger, &mut failed);
-            if !got.is_empty() {
-                // (Without a checkpoint, the job's error may name the
-                // task's directory: it stays.)
-                self.clean_up_later(tasks, ledger);
-            }
         }
         failed.map_or(Ok(()), Err)
-    }
-
-    /// Queues the leftovers of `tasks`, banked, for removal
-    /// ([`Self::clean_up_banked`]), but for those of tasks that failed and
-    /// unless the run keeps them ([`RunConfig::keep_task_dirs`]). A handle
-    /// without an id (a launch recorded before it was made, found ended
-    /// after a restart) names nothing a backend could remove.
-    fn clean_up_later(&mut self, tasks: &[Running], ledger: &Ledger) {
-        if self.config.keep_task_dirs {
-            return;
-        }
-        self.banked.extend(
-            tasks
-                .iter()
-                .filter(|r| !r.handle.id.is_empty())
-                .filter(|r| !ledger.failed.contains(&(r.job, r.copy)))
-                .map(|r| r.handle.clone()),
-        );
-    }
-
-    /// Removes what the banked tasks left on their nodes, side by side.
-    /// Called only once the state is saved without them. Best effort: a
-    /// failure is a warning (the files are copies of what the run holds),
-    /// never the run's error.
-    async fn clean_up_banked(&mut self) {
-        let handles = std::mem::take(&mut self.banked);
-        if handles.is_empty() {
-            return;
-        }
-        let results = concurrently(
-            handles.clone(),
-            |b, h| async move { b.cleanup(&h).await },
-            &self.backend,
-        )
-        .await;
-        for (h, res) in handles.iter().zip(results) {
-            if let Err(e) = res {
-                tracing::warn!(
-                    "task {} ({}): removing what it left on its nodes failed: {e}; its \
-                     checkpoint is collected, only its files stay",
-                    h.token,
-                    h.workdir.display()
-                );
-            }
-        }
-    }
-
-    /// Saves the state, then removes what the tasks banked before it left.
-    pub(crate) async fn persist_and_clean_up(&mut self) -> Result<(), RunError> {
-        self.persist()?;
-        self.clean_up_banked().await;
-        Ok(())
     }
 
     /// Fetches the checkpoints of the ended tasks into `into`, side by side.
@@ -891,9 +822,6 @@ impl RealRounds<'_> {
         for (node, why) in &polled.lost {
             self.lose(ledger, node, why);
         }
-        let crashed = polled.crashed.iter().map(|c| (c.0, c.1));
-        let failed = polled.hung.iter().chain(&polled.broken).copied();
-        ledger.failed.extend(failed.chain(crashed));
         self.stop_stranded(ledger).await;
         self.stop_hung(&polled.hung, now, ledger).await?;
         self.stop_keys(&polled.broken, ledger).await?;
@@ -1325,15 +1253,14 @@ impl RealRounds<'_> {
     /// that nothing outlives a finished run.
     pub(crate) async fn wind_up(&mut self) -> Result<(), RunError> {
         let left = std::mem::take(&mut self.state.running);
-        if !left.is_empty() {
-            tracing::warn!(
-                tasks = left.len(),
-                "every job is done but tasks are still recorded: stopping them"
-            );
-            self.finish_tasks(left, &mut Ledger::default()).await?;
+        if left.is_empty() {
+            return Ok(());
         }
-        // The last rounds' ended tasks go too.
-        self.persist_and_clean_up().await
+        tracing::warn!(
+            tasks = left.len(),
+            "every job is done but tasks are still recorded: stopping them"
+        );
+        self.finish_tasks(left, &mut Ledger::default()).await
     }
 
     /// Takes over the tasks a killed run recorded as being launched: found
@@ -1413,7 +1340,7 @@ impl RealRounds<'_> {
             tracing::warn!("{w}");
         }
         self.state.launching = kept;
-        self.persist_and_clean_up().await
+        self.persist()
     }
 
     /// Ends a run that stopped on `cause`: its tasks are stopped after their
@@ -1426,7 +1353,7 @@ impl RealRounds<'_> {
         }
         let tasks = std::mem::take(&mut self.state.running);
         if tasks.is_empty() {
-            let _ = self.persist_and_clean_up().await;
+            let _ = self.persist();
             return cause;
         }
         let name = |r: &Running| {
@@ -1439,7 +1366,7 @@ impl RealRounds<'_> {
         let all: Vec<String> = tasks.iter().map(name).collect();
         let collected = self.finish_tasks(tasks, &mut ledger).await;
         let left: Vec<String> = self.state.running.iter().map(name).collect();
-        let saved = self.persist_and_clean_up().await;
+        let saved = self.persist();
         let stopped: Vec<&String> = all.iter().filter(|t| !left.contains(t)).collect();
         let mut fate = String::new();
         if !stopped.is_empty() {
@@ -1506,7 +1433,7 @@ impl RealRounds<'_> {
         }
         let switched = self.now() - switch_from;
         self.state.switches.add(switched.max(0.0));
-        self.persist_and_clean_up().await?;
+        self.persist()?;
         (self.on_event)(Event::Round {
             round: plan.index,
             tasks: self.state.running.len(),
