@@ -210,7 +210,7 @@ fn the_makespan_lps_wait_for_the_first_result_and_are_solved_once() {
     assert!(first.makespan_s.is_some_and(|m| m >= 200.0), "{first:?}");
     assert!(
         shared.makespans.get().is_some(),
-        "a clone solves them again"
+        "the clone shares the solved bounds"
     );
     assert_eq!(shared.bounds(), first);
 }
