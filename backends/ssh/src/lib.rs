@@ -465,7 +465,7 @@ impl Inner {
         let sftp = self.sftp(node)?;
         let mut from = match sftp.open(remote) {
             Ok(f) => f,
-            Err(_) => return Ok(false),
+            Err(e) => return sftp_open_failed(node, remote, &e).map_or(Ok(false), Err),
         };
         let io = |path: &Path, e| io_error(node, path, e);
         let tmp = local.with_extension("part");
@@ -574,6 +574,36 @@ impl Inner {
 }
 
 /// A file error on `node`.
+/// What a failed SFTP open of a task's file means: `None` if there is no
+/// such file (a task that wrote no checkpoint: `fetch` says `false`);
+/// otherwise the error, never taken for a missing file, since a checkpoint
+/// taken for missing would cost its job the round's work: a lost or broken
+/// connection is transient (the retry layer tries again), anything else
+/// (permissions, a full disk...) a refusal the run reports.
+fn sftp_open_failed(node: &str, remote: &Path, e: &ssh2::Error) -> Option<BackendError> {
+    use ssh2::ErrorCode;
+    // libssh2's SFTP status codes (LIBSSH2_FX_*).
+    const NO_SUCH_FILE: i32 = 2;
+    const NO_CONNECTION: i32 = 6;
+    const CONNECTION_LOST: i32 = 7;
+    const NO_SUCH_PATH: i32 = 10;
+    let node = node.to_string();
+    match e.code() {
+        ErrorCode::SFTP(NO_SUCH_FILE | NO_SUCH_PATH) => None,
+        ErrorCode::SFTP(NO_CONNECTION | CONNECTION_LOST) | ErrorCode::Session(_) => {
+            Some(BackendError::Transient {
+                node,
+                message: format!("opening {} over SFTP: {e}", remote.display()),
+            })
+        }
+        ErrorCode::SFTP(_) => Some(BackendError::Refused {
+            node,
+            operation: format!("open {} over SFTP", remote.display()),
+            message: e.to_string(),
+        }),
+    }
+}
+
 fn io_error(node: &str, path: &Path, source: std::io::Error) -> BackendError {
     BackendError::Io {
         node: node.to_string(),
@@ -887,6 +917,26 @@ impl Backend for SshBackend {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_missing_file_is_taken_for_no_checkpoint() {
+        use ssh2::{Error, ErrorCode};
+        let open = |code| {
+            let e = Error::new(code, "x");
+            super::sftp_open_failed("n1", std::path::Path::new("/t/ckpt"), &e)
+        };
+        assert!(open(ErrorCode::SFTP(2)).is_none(), "no such file");
+        assert!(open(ErrorCode::SFTP(10)).is_none(), "no such path");
+        let lost = open(ErrorCode::SFTP(7)).expect("an error");
+        assert!(lost.is_transient(), "{lost}");
+        let socket = open(ErrorCode::Session(-43)).expect("an error");
+        assert!(socket.is_transient(), "{socket}");
+        let denied = open(ErrorCode::SFTP(3)).expect("an error");
+        assert!(
+            !denied.is_transient() && denied.lost_node().is_none(),
+            "{denied}"
+        );
+    }
+
     /// An authentication cut by the connection failing (the link lost
     /// while the session was set up, seen in CI) is a node gone, not a
     /// refused key.
