@@ -573,7 +573,6 @@ impl Inner {
     }
 }
 
-/// A file error on `node`.
 /// What a failed SFTP open of a task's file means: `None` if there is no
 /// such file (a task that wrote no checkpoint: `fetch` says `false`);
 /// otherwise the error, never taken for a missing file, since a checkpoint
@@ -604,6 +603,7 @@ fn sftp_open_failed(node: &str, remote: &Path, e: &ssh2::Error) -> Option<Backen
     }
 }
 
+/// A file error on `node`.
 fn io_error(node: &str, path: &Path, source: std::io::Error) -> BackendError {
     BackendError::Io {
         node: node.to_string(),
