@@ -319,3 +319,88 @@ fn bad_traces_name_the_place_and_exit_3() {
         text(&o.stderr)
     );
 }
+
+/// A Sia workload as a user imports it: the profiles of a `sia-simulator`
+/// directory (written here: one application, one GPU type), the workload,
+/// and the simulation the import prints, where a job alone takes its
+/// restart (bert: 120 s) and then Sia's training time (43 s: two epochs of
+/// 18 and 25 whole seconds; see core's `sia` tests for the arithmetic).
+#[test]
+fn sia_workload_alone_trains_as_long_as_in_sia() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let sia = dir.path().join("sia-simulator");
+    let app = sia.join("traces/bert");
+    std::fs::create_dir_all(&app).expect("mkdir");
+    write(
+        &app,
+        "placements-aws.csv",
+        "placement,local_bsz,step_time,sync_time\n2,2,1.0,0.1\n2,4,2.0,0.2\n",
+    );
+    for (batch, progress, grad) in [(4, "10\n30", 3), (8, "12\n24", 1)] {
+        let rows: String = progress
+            .lines()
+            .map(|p| format!("{p},5,0.1,{grad},{grad}\n"))
+            .collect();
+        write(
+            &app,
+            &format!("validation-{batch}.csv"),
+            &format!("progress,iteration,metric,grad_sqr,grad_var\n{rows}"),
+        );
+    }
+    let workload = write(
+        dir.path(),
+        "workload.csv",
+        "name,time,application,num_replicas,batch_size\nbert-0,30,bert,2,8\n",
+    );
+    let out = dir.path().join("out");
+    let (sia_s, out_s) = (sia.display().to_string(), out.display().to_string());
+    let o = hadar(&[
+        "trace",
+        "import",
+        "sia",
+        "--workload",
+        &workload,
+        "--sia",
+        &sia_s,
+        "--sia-cluster",
+        "aws=1",
+        "--out",
+        &out_s,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let human = text(&o.stdout);
+    assert!(
+        human.contains("bert          2 GPUs batch 8       1 jobs  t4 43  restart 120"),
+        "{human}"
+    );
+    let line = human
+        .lines()
+        .find_map(|l| l.strip_prefix("simulate it: hadar "))
+        .unwrap_or_else(|| panic!("no simulate command in:\n{human}"));
+    let mut sim: Vec<String> = shlex::split(line).expect("quoted command");
+    sim.extend(["--policy", "hadar,fifo_perf", "--json"].map(String::from));
+    let sim: Vec<&str> = sim.iter().map(String::as_str).collect();
+    let o = hadar(&sim);
+    assert!(o.status.success(), "{sim:?}: {}", text(&o.stderr));
+    let results: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(results.as_array().map(Vec::len), Some(2), "{results}");
+    for r in results.as_array().expect("array") {
+        let jct = r["avg_jct_s"].as_f64().expect("jct");
+        assert!((jct - 163.0).abs() < 1e-6, "{r}");
+        assert_eq!(r["starts_per_job"].as_f64(), Some(1.0), "{r}");
+    }
+    // Not Sia's directory: a usage error that says what to give.
+    let o = hadar(&[
+        "trace",
+        "import",
+        "sia",
+        "--workload",
+        &workload,
+        "--sia",
+        &out_s,
+        "--out",
+        &out_s,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("not Sia's `sia-simulator` directory"));
+}

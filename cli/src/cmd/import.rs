@@ -113,6 +113,39 @@ pub enum ImportCommand {
         #[command(flatten)]
         common: CommonArgs,
     },
+    /// A workload of Sia's simulator (SOSP'23, siasosp23/artifacts
+    /// `sia-simulator/`): its CSV and its applications' profiles, to a jobs
+    /// file and a cluster file for `hadar simulate --jobs`.
+    ///
+    /// Every job is rigid (its GPUs and batch fixed, Sia's category
+    /// `rigid`): its rate on each GPU type makes it train, alone, as long as
+    /// Sia's simulator has a rigid job train there (placed on whole nodes,
+    /// its batch split and capped, statistical efficiency and calibration
+    /// as Sia computes them, each epoch in whole seconds); its restart cost
+    /// is its application's (cifar10 50 s, deepspeech2 25, bert 120, yolov3
+    /// 80, imagenet 250). docs/sia.md.
+    #[command(
+        after_help = "Example:\n  hadar trace import sia --workload sia-simulator/workloads/saturn/workload-1.csv \\\n      --sia sia-simulator --out saturn-1/\n  hadar simulate --jobs saturn-1/jobs.toml --cluster saturn-1/cluster.toml --round-seconds 60 --no-bound"
+    )]
+    Sia {
+        /// The workload: `name,time,application,num_replicas,batch_size[,category]`.
+        #[arg(long, value_name = "FILE")]
+        workload: PathBuf,
+        /// Sia's `sia-simulator` directory (its `traces/<app>/` profiles are read).
+        #[arg(long, value_name = "DIR")]
+        sia: PathBuf,
+        /// Sia's cluster as `KIND=NODES,...` in placement order: aws (4 T4 a
+        /// node), azure (8 V100), dgx (8 A100, few batch sizes), dgx-ext (8
+        /// A100), quad (4 Quadro RTX 6000), rtx (8 RTX 2080Ti).
+        #[arg(long, value_name = "KIND=NODES,...", default_value = import::sia::DEFAULT_CLUSTER)]
+        sia_cluster: String,
+        /// Directory to write jobs.toml, cluster.toml and import.json to.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// What every import takes.
@@ -198,6 +231,13 @@ pub fn run(cmd: ImportCommand) -> Result<(), CliError> {
             let log = read(&log)?;
             (import::acme::import(&log.0, &log.1)?, common)
         }
+        ImportCommand::Sia {
+            workload,
+            sia,
+            sia_cluster,
+            out,
+            json,
+        } => return super::import_sia::run(&workload, &sia, &sia_cluster, &out, json),
     };
     finish(imported, &common)
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod import;
+pub mod import_sia;
 pub mod merge;
 pub mod policies;
 pub mod reproduce;

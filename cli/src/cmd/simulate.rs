@@ -384,6 +384,10 @@ fn load_jobs(
 ) -> Result<(Arc<Workload>, String), CliError> {
     let jobs = hadar_runtime::jobs::read_jobs(path)?;
     let cluster = super::cluster_arg(cluster, gpus_per_node)?;
+    // A gang no placement holds would wait until the simulator gives up
+    // (10,000 rounds); say why now, as `hadar run` does. The simulator
+    // places ranks across nodes, as the multi-node backends do.
+    hadar_runtime::jobs::check_placeable(&jobs, &cluster, true)?;
     // Rates the file leaves out are estimated as `hadar run` starts from
     // them; here the simulator also runs the jobs at those estimates.
     let (jobs, table, estimated) = hadar_runtime::jobs::to_model(&jobs, cluster.gpu_types());

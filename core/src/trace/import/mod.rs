@@ -23,6 +23,7 @@ mod output;
 pub mod pai;
 pub mod philly;
 mod read;
+pub mod sia;
 mod slurm_log;
 pub mod time;
 

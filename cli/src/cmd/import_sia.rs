@@ -1,0 +1,112 @@
+//! `hadar trace import sia`: a workload of Sia's simulator to a jobs file
+//! and a cluster file.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use hadar_core::error::Location;
+use hadar_core::trace::import::sia::{self, SiaSummary};
+
+use crate::exit::CliError;
+use crate::report::escape;
+
+/// Imports `workload` with the profiles under `sia_dir`, writes the files
+/// to `out` and prints the summary.
+pub fn run(
+    workload: &Path,
+    sia_dir: &Path,
+    cluster: &str,
+    out: &Path,
+    json: bool,
+) -> Result<(), CliError> {
+    // A malformed value on the command line is a usage error (exit 2).
+    let types = sia::parse_cluster(cluster).map_err(|e| CliError::Usage(e.to_string()))?;
+    if !sia_dir.join("traces").is_dir() {
+        return Err(CliError::Usage(format!(
+            "{}: not Sia's `sia-simulator` directory (it has no traces/ of application profiles); \
+             give --sia the directory of a checkout of siasosp23/artifacts that holds multi_simulator.py",
+            Location::new(sia_dir.display().to_string())
+        )));
+    }
+    let text = hadar_core::error::read_to_string(workload)?;
+    let imported = sia::import(&text, &workload.display().to_string(), sia_dir, &types)?;
+    std::fs::create_dir_all(out).map_err(|e| CliError::output(out.display(), e))?;
+    let summary = serde_json::to_string_pretty(&imported.summary)
+        .map_err(|e| CliError::output("import.json", std::io::Error::other(e)))?;
+    for (name, text) in [
+        ("jobs.toml", &imported.jobs),
+        ("cluster.toml", &imported.cluster),
+        ("import.json", &summary),
+    ] {
+        super::trace::write_atomically(&out.join(name), text.as_bytes())?;
+    }
+    if json {
+        println!("{summary}");
+    } else {
+        print!("{}", render(&imported.summary, out));
+    }
+    Ok(())
+}
+
+/// The summary for a human: each kind of job and its time alone on each
+/// type, then the command that simulates the import.
+fn render(s: &SiaSummary, out: &Path) -> String {
+    let mut o = String::new();
+    let categories: Vec<String> = s
+        .categories
+        .iter()
+        .map(|(c, n)| format!("{c} {n}"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "imported {} jobs of a Sia workload, all rigid (Sia's categories: {}), over {:.1} h of arrivals",
+        s.jobs,
+        escape(&categories.join(", ")),
+        s.span_s / 3600.0
+    );
+    let cluster: Vec<String> = s
+        .cluster_gpus
+        .iter()
+        .map(|(t, n)| format!("{t} {n}"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  cluster    {} GPUs: {}",
+        s.cluster_gpus.values().sum::<u32>(),
+        cluster.join(", ")
+    );
+    let _ = writeln!(
+        o,
+        "  time alone (s), per kind of job; restart cost on every start and move:"
+    );
+    for k in &s.kinds {
+        let times: Vec<String> = k
+            .seconds
+            .iter()
+            .map(|(t, secs)| format!("{t} {secs:.0}"))
+            .chain(k.cannot_run.keys().map(|t| format!("{t} -")))
+            .collect();
+        let _ = writeln!(
+            o,
+            "    {:<12} {:>2} GPUs batch {:<5} {:>3} jobs  {}  restart {:.0}",
+            escape(&k.application),
+            k.gpus,
+            k.batch,
+            k.jobs,
+            times.join(", "),
+            k.restart_s
+        );
+    }
+    let q = |name: &str| {
+        let p = out.join(name).display().to_string();
+        shlex::try_quote(&p).map_or_else(|_| p.clone(), |c| c.into_owned())
+    };
+    let _ = writeln!(o, "\nwrote {}", q(""));
+    let _ = writeln!(
+        o,
+        "simulate it: hadar simulate --jobs {} --cluster {} --round-seconds 60 --no-bound",
+        q("jobs.toml"),
+        q("cluster.toml")
+    );
+    o
+}

@@ -1,0 +1,419 @@
+//! Sia's workloads (SOSP'23, siasosp23/artifacts `sia-simulator/`): a
+//! workload CSV and the applications' profiles to a jobs file and a
+//! cluster file with rigid semantics.
+//!
+//! Each job keeps its GPUs and batch (Sia's category `rigid`, Gavel's
+//! semantics); its work and its rate on each GPU type are set so that,
+//! alone, it trains as long on each type as Sia's simulator has it train
+//! there (see [`profile`]), and its restart cost is its application's
+//! `rescale_time`. docs/sia.md has the details and the check against Sia.
+
+pub mod profile;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::read::{Header, Table};
+use crate::error::{Error, Location, Result};
+use profile::{LoneRun, NoRun, Profile};
+
+/// One GPU type of Sia's simulated cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiaType {
+    /// Sia's name for it (its profile files' suffix: `aws`, `dgx-ext`, ...).
+    pub suffix: String,
+    /// The GPU type name written (`t4`, `a100`, ...).
+    pub name: String,
+    /// GPUs per node.
+    pub per_node: u32,
+    /// Nodes.
+    pub nodes: u32,
+}
+
+/// Sia's cluster kinds (`simulator_config.py`): suffix, GPU, GPUs per node.
+const KINDS: [(&str, &str, u32); 6] = [
+    ("aws", "t4", 4),
+    ("azure", "v100", 8),
+    ("dgx", "a100-dgx", 8),
+    ("dgx-ext", "a100", 8),
+    ("quad", "rtx6000", 4),
+    ("rtx", "rtx2080ti", 8),
+];
+
+/// Sia's default cluster for its experiments: 6 nodes of 4 T4 (`aws`), 2 of
+/// 8 A100 (`dgx-ext`), 3 of 8 RTX 2080Ti (`rtx`): 64 GPUs.
+pub const DEFAULT_CLUSTER: &str = "dgx-ext=2,rtx=3,aws=6";
+
+/// Parses `SUFFIX=NODES,...` (Sia's `cluster_nnodes`), in the order given
+/// (the cluster file's placement order).
+pub fn parse_cluster(arg: &str) -> Result<Vec<SiaType>> {
+    let at = Location::new("--sia-cluster");
+    let mut out: Vec<SiaType> = Vec::new();
+    for part in arg.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (suffix, nodes) = part.split_once('=').ok_or_else(|| {
+            Error::parse(
+                at.clone(),
+                format!("`{part}` is not SUFFIX=NODES (e.g. aws=6)"),
+            )
+        })?;
+        let (suffix, nodes) = (suffix.trim(), nodes.trim());
+        let Some(&(_, name, per_node)) = KINDS.iter().find(|k| k.0 == suffix) else {
+            let known: Vec<&str> = KINDS.iter().map(|k| k.0).collect();
+            return Err(Error::parse(
+                at.clone(),
+                format!(
+                    "`{suffix}` is not one of Sia's cluster kinds ({})",
+                    known.join(", ")
+                ),
+            ));
+        };
+        let nodes: u32 = nodes.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+            Error::parse(
+                at.clone(),
+                format!("`{nodes}` nodes of {suffix}: give a whole number above 0"),
+            )
+        })?;
+        if out.iter().any(|t| t.suffix == suffix) {
+            return Err(Error::parse(
+                at.clone(),
+                format!("`{suffix}` is given twice"),
+            ));
+        }
+        out.push(SiaType {
+            suffix: suffix.to_string(),
+            name: name.to_string(),
+            per_node,
+            nodes,
+        });
+    }
+    if out.is_empty() {
+        return Err(Error::parse(at, "no cluster kinds given"));
+    }
+    Ok(out)
+}
+
+/// One row of a Sia workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiaJob {
+    /// Its name (`cifar10-3`).
+    pub name: String,
+    /// Submission, seconds.
+    pub time_s: f64,
+    /// Its application.
+    pub app: String,
+    /// GPUs (`num_replicas`).
+    pub gpus: u32,
+    /// Global batch.
+    pub batch: u64,
+    /// Sia's category (`rigid`, `adaptive`, `scale-gpus`), when given.
+    pub category: Option<String>,
+}
+
+/// Reads a workload CSV: `name,time,application,num_replicas,batch_size[,category]`.
+pub fn read_workload(text: &str, source: &str) -> Result<Vec<SiaJob>> {
+    let table = Table::parse(text, source, Header::Required)?;
+    let [name, time, app, gpus, batch] =
+        table.columns(["name", "time", "application", "num_replicas", "batch_size"])?;
+    let category = table.optional("category");
+    let mut out = Vec::new();
+    for row in table.rows() {
+        let row = row?;
+        let whole = |i: usize, what: &str| -> Result<u64> {
+            match row.number(i)? {
+                Some(v) if v >= 1.0 && v.fract() == 0.0 && v < 1e9 => Ok(v as u64),
+                _ => Err(Error::parse(
+                    row.at(i),
+                    format!("must be {what}, a whole number from 1"),
+                )),
+            }
+        };
+        let job = SiaJob {
+            name: row.get(name).to_string(),
+            time_s: match row.number(time)? {
+                Some(t) if t >= 0.0 && t.is_finite() => t,
+                _ => return Err(Error::parse(row.at(time), "must be seconds, 0 or above")),
+            },
+            app: row.get(app).to_string(),
+            gpus: u32::try_from(whole(gpus, "GPUs")?)
+                .map_err(|_| Error::parse(row.at(gpus), "too many GPUs"))?,
+            batch: whole(batch, "a batch size")?,
+            category: category
+                .map(|c| row.get(c).to_string())
+                .filter(|c| !c.is_empty()),
+        };
+        if job.name.is_empty() || job.name.chars().any(char::is_control) {
+            return Err(Error::parse(
+                row.at(name),
+                "must be a name of printable characters (not empty, no control character)",
+            ));
+        }
+        if out.iter().any(|o: &SiaJob| o.name == job.name) {
+            return Err(Error::parse(
+                row.at(name),
+                format!("`{}` appears twice", job.name),
+            ));
+        }
+        out.push(job);
+    }
+    if out.is_empty() {
+        return Err(Error::parse(Location::new(source), "no jobs"));
+    }
+    Ok(out)
+}
+
+/// A kind of job (application, GPUs, batch) and how it runs on each type.
+#[derive(Debug, Clone, Serialize)]
+pub struct Kind {
+    /// Its application.
+    pub application: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// Global batch.
+    pub batch: u64,
+    /// Jobs of this kind in the workload.
+    pub jobs: usize,
+    /// Seconds a start or move costs it (the application's `rescale_time`).
+    pub restart_s: f64,
+    /// Its work, in iterations (the jobs file's `iterations`).
+    pub iterations: u64,
+    /// Seconds it trains alone on each type it can run on.
+    pub seconds: BTreeMap<String, f64>,
+    /// Its placement on each type it can run on (Sia's id).
+    pub placement: BTreeMap<String, String>,
+    /// Why it cannot run on the other types.
+    pub cannot_run: BTreeMap<String, String>,
+}
+
+/// What an import wrote and found.
+#[derive(Debug, Clone, Serialize)]
+pub struct SiaSummary {
+    /// Always `sia`.
+    pub format: &'static str,
+    /// Jobs written.
+    pub jobs: usize,
+    /// Jobs by Sia's category (`none` where the workload gives none); all
+    /// are written rigid.
+    pub categories: BTreeMap<String, usize>,
+    /// The kinds of job, with their times alone on each type.
+    pub kinds: Vec<Kind>,
+    /// The cluster: GPUs per type.
+    pub cluster_gpus: BTreeMap<String, u32>,
+    /// Seconds from the first submission to the last.
+    pub span_s: f64,
+}
+
+/// A converted workload: the jobs file, the cluster file, the summary.
+#[derive(Debug, Clone)]
+pub struct SiaImport {
+    /// The jobs file (TOML).
+    pub jobs: String,
+    /// The cluster file (TOML).
+    pub cluster: String,
+    /// What was written.
+    pub summary: SiaSummary,
+}
+
+/// Converts a workload, reading the profiles from Sia's `sia-simulator`
+/// directory, for a cluster of `types`.
+pub fn import(
+    workload: &str,
+    source: &str,
+    sia_dir: &Path,
+    types: &[SiaType],
+) -> Result<SiaImport> {
+    let jobs = read_workload(workload, source)?;
+    let mut profiles: BTreeMap<(String, String), Profile> = BTreeMap::new();
+    let mut kinds: BTreeMap<(String, u32, u64), Kind> = BTreeMap::new();
+    for job in &jobs {
+        let key = (job.app.clone(), job.gpus, job.batch);
+        if let Some(k) = kinds.get_mut(&key) {
+            k.jobs += 1;
+            continue;
+        }
+        for t in types {
+            let pk = (job.app.clone(), t.suffix.clone());
+            if !profiles.contains_key(&pk) {
+                profiles.insert(pk.clone(), Profile::read(sia_dir, &job.app, &t.suffix)?);
+            }
+        }
+        let kind = kind_of(job, types, |t| {
+            &profiles[&(job.app.clone(), t.suffix.clone())]
+        });
+        if kind.seconds.is_empty() {
+            let why: Vec<String> = kind
+                .cannot_run
+                .iter()
+                .map(|(t, w)| format!("{t}: {w}"))
+                .collect();
+            return Err(Error::parse(
+                Location::new(source).field(&job.name),
+                format!(
+                    "{} on {} GPUs with batch {} runs on no type of the cluster ({})",
+                    job.app,
+                    job.gpus,
+                    job.batch,
+                    why.join("; ")
+                ),
+            ));
+        }
+        kinds.insert(key, kind);
+    }
+    let jobs_toml = jobs_file(&jobs, &kinds, types, source);
+    let mut categories = BTreeMap::new();
+    for j in &jobs {
+        *categories
+            .entry(j.category.clone().unwrap_or_else(|| "none".into()))
+            .or_insert(0) += 1;
+    }
+    let first = jobs.iter().map(|j| j.time_s).fold(f64::INFINITY, f64::min);
+    let last = jobs.iter().map(|j| j.time_s).fold(0.0, f64::max);
+    Ok(SiaImport {
+        jobs: jobs_toml,
+        cluster: cluster_file(types),
+        summary: SiaSummary {
+            format: "sia",
+            jobs: jobs.len(),
+            categories,
+            kinds: kinds.into_values().collect(),
+            cluster_gpus: types
+                .iter()
+                .map(|t| (t.name.clone(), t.nodes * t.per_node))
+                .collect(),
+            span_s: last - first,
+        },
+    })
+}
+
+/// A job's kind: its time alone on each type where it fits and was
+/// profiled, and its work in the first such type's iterations.
+fn kind_of<'p>(job: &SiaJob, types: &[SiaType], profile: impl Fn(&SiaType) -> &'p Profile) -> Kind {
+    let mut runs: Vec<(&SiaType, LoneRun)> = Vec::new();
+    let mut cannot_run = BTreeMap::new();
+    let mut restart_s = 0.0;
+    for t in types {
+        let p = profile(t);
+        restart_s = p.constants().restart_s;
+        if job.gpus > t.per_node * t.nodes {
+            cannot_run.insert(
+                t.name.clone(),
+                format!(
+                    "{} GPUs, more than the cluster's {}",
+                    job.gpus,
+                    t.per_node * t.nodes
+                ),
+            );
+            continue;
+        }
+        match p.lone_run(job.gpus, job.batch, t.per_node) {
+            Ok(run) => runs.push((t, run)),
+            Err(why) => {
+                cannot_run.insert(t.name.clone(), NoRun::to_string(&why));
+            }
+        }
+    }
+    let iterations = runs
+        .first()
+        .map_or(1, |(_, r)| (r.iterations.round() as u64).max(1));
+    Kind {
+        application: job.app.clone(),
+        gpus: job.gpus,
+        batch: job.batch,
+        jobs: 1,
+        restart_s,
+        iterations,
+        seconds: runs
+            .iter()
+            .map(|(t, r)| (t.name.clone(), r.seconds))
+            .collect(),
+        placement: runs
+            .iter()
+            .map(|(t, r)| (t.name.clone(), r.placement.clone()))
+            .collect(),
+        cannot_run,
+    }
+}
+
+/// One job of the jobs file.
+#[derive(Serialize)]
+struct JobEntry<'a> {
+    name: &'a str,
+    command: [&'a str; 2],
+    iterations: u64,
+    gang: u32,
+    ranks: &'static str,
+    arrival: f64,
+    restart_cost: f64,
+    batch_size: u64,
+    throughput: BTreeMap<&'a str, f64>,
+}
+
+#[derive(Serialize)]
+struct JobsFile<'a> {
+    job: Vec<JobEntry<'a>>,
+}
+
+/// The jobs file: each job at its kind's work, with the rate on each type
+/// that makes its time alone there Sia's (0 where it cannot run).
+fn jobs_file(
+    jobs: &[SiaJob],
+    kinds: &BTreeMap<(String, u32, u64), Kind>,
+    types: &[SiaType],
+    source: &str,
+) -> String {
+    let mut entries = Vec::new();
+    for j in jobs {
+        let kind = &kinds[&(j.app.clone(), j.gpus, j.batch)];
+        let throughput = types
+            .iter()
+            .map(|t| {
+                let rate = kind
+                    .seconds
+                    .get(&t.name)
+                    .map_or(0.0, |s| kind.iterations as f64 / s.max(1.0));
+                (t.name.as_str(), rate)
+            })
+            .collect();
+        entries.push(JobEntry {
+            name: &j.name,
+            command: ["sia-job", &j.app],
+            iterations: kind.iterations,
+            gang: j.gpus,
+            // Data-parallel ranks, free to span nodes as in Sia.
+            ranks: "gpu",
+            arrival: j.time_s,
+            restart_cost: kind.restart_s,
+            batch_size: j.batch,
+            throughput,
+        });
+    }
+    let body = toml::to_string(&JobsFile { job: entries }).unwrap_or_default();
+    format!(
+        "# Sia's workload {}, written by `hadar trace import sia`: every job rigid (its\n\
+         # GPUs and batch fixed), its rate on each type set so that alone it trains as long\n\
+         # as in Sia's simulator (0: it cannot run there), its restart cost Sia's.\n\
+         # For `hadar simulate --jobs`; `command` names Sia's application, not a program:\n\
+         # put the job's own command there to run it.\n\n{body}",
+        super::read::clean(source)
+    )
+}
+
+/// The cluster file: Sia's nodes, in the order given.
+fn cluster_file(types: &[SiaType]) -> String {
+    let order: Vec<String> = types.iter().map(|t| format!("\"{}\"", t.name)).collect();
+    let mut out = format!(
+        "# Sia's simulated cluster, written by `hadar trace import sia`.\ngpu_types = [{}]\n",
+        order.join(", ")
+    );
+    for t in types {
+        out.push_str(&format!(
+            "\n[[node]]\nname = \"{}\"\ncount = {}\ngpus = {{ \"{}\" = {} }}\n",
+            t.suffix, t.nodes, t.name, t.per_node
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,158 @@
+use super::profile::{placement_id, Profile};
+use super::*;
+
+/// A `sia-simulator` directory with one application (bert: 2 epochs,
+/// slowdown 1.2, restart 120 s) profiled on `aws`.
+fn sia_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let app = dir.path().join("traces/bert");
+    std::fs::create_dir_all(&app).unwrap();
+    // Columns in another order than the header of other types: found by name.
+    std::fs::write(
+        app.join("placements-aws.csv"),
+        "local_bsz,step_time,sync_time,placement\n4,2.0,0.2,2\n2,1.0,0.1,2\n2,0.5,0.05,1\n4,4.0,0.4,4\n",
+    )
+    .unwrap();
+    std::fs::write(
+        app.join("validation-4.csv"),
+        "progress,iteration,metric,grad_sqr,grad_var\n10,5,0.1,3,3\n30,9,0.2,3,3\n",
+    )
+    .unwrap();
+    std::fs::write(
+        app.join("validation-8.csv"),
+        "progress,iteration,metric,grad_sqr,grad_var\n12,5,0.1,1,1\n24,9,0.2,1,1\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn placements_are_whole_nodes_then_one_partial_smallest_rotation_first() {
+    assert_eq!(placement_id(10, 4), "244");
+    assert_eq!(placement_id(12, 8), "48");
+    assert_eq!(placement_id(16, 8), "88");
+    assert_eq!(placement_id(6, 4), "24");
+    assert_eq!(placement_id(3, 4), "3");
+}
+
+#[test]
+fn a_lone_rigid_run_is_booked_epoch_by_epoch_in_whole_seconds() {
+    let dir = sia_dir();
+    let p = Profile::read(dir.path(), "bert", "aws").unwrap();
+    // 2 GPUs, batch 8: 4 a GPU, no accumulation, a step of 2 s. The
+    // effective batch 8 is validated (grad 1, 1), scale 8/4 = 2: gain
+    // 2 / 1.5 = 4/3. Epochs need 10 and 24 - 10 = 14 progress (the least
+    // of the validation runs); goodput (4/3) / 2 s / 1.2 = 5/9 a second:
+    // 18 s and 25.2 -> 25 s.
+    let run = p.lone_run(2, 8, 4).unwrap();
+    assert_eq!(
+        (run.placement.as_str(), run.atomic_bsz, run.accum_steps),
+        ("2", 4, 0)
+    );
+    assert_eq!(run.seconds, 43.0);
+    assert!((run.iterations - 18.0).abs() < 1e-9, "{}", run.iterations);
+    // Batch 6: 3 a GPU, step and sync halfway (1.5 s, 0.15 s); grad stats
+    // halfway between batches 4 and 8 (2, 2), scale 1.5: gain 4/3.333 = 1.2.
+    let run = p.lone_run(2, 6, 4).unwrap();
+    let goodput: f64 = 1.2 / 1.5 / 1.2;
+    assert_eq!(
+        run.seconds,
+        (10.0 / goodput).round() + (14.0 / goodput).round()
+    );
+}
+
+#[test]
+fn one_gpu_above_the_initial_batch_accumulates_and_a_large_batch_is_capped() {
+    let dir = sia_dir();
+    let p = Profile::read(dir.path(), "bert", "aws").unwrap();
+    // One GPU, batch 8 > 4 (the smallest validated): at least one
+    // accumulation step, as Sia forces; the largest local batch on one GPU
+    // is 2: 8 = 2 x 4 passes.
+    let run = p.lone_run(1, 8, 4).unwrap();
+    assert_eq!((run.atomic_bsz, run.accum_steps), (2, 3));
+    // 4 GPUs, batch 64: 16 a GPU, more than the 4 measured: 4 passes of 4
+    // capped by the largest validated batch (8 / (4 x 4) = 0): not validated.
+    assert!(p.lone_run(4, 64, 4).is_err());
+    // A placement never measured.
+    let e = p.lone_run(3, 6, 4).unwrap_err();
+    assert_eq!(e.to_string(), "placement 3 was not profiled");
+}
+
+#[test]
+fn a_workload_becomes_a_jobs_file_whose_rates_give_sias_times() {
+    let dir = sia_dir();
+    let types = parse_cluster("aws=1").unwrap();
+    let csv = "name,time,application,num_replicas,batch_size,category\nbert-0,0,bert,2,8,rigid\nbert-1,30.5,bert,2,8,rigid\nbert-2,60,bert,8,8,rigid\n";
+    let err = import(csv, "w.csv", dir.path(), &types)
+        .unwrap_err()
+        .to_string();
+    // 8 GPUs do not fit one node of 4.
+    assert!(
+        err.contains("bert-2") && err.contains("runs on no type"),
+        "{err}"
+    );
+    let csv = &csv[..csv.rfind("bert-2").unwrap()];
+    let imp = import(csv, "w.csv", dir.path(), &types).unwrap();
+    assert_eq!(imp.summary.jobs, 2);
+    assert_eq!(imp.summary.kinds.len(), 1);
+    let k = &imp.summary.kinds[0];
+    assert_eq!((k.jobs, k.iterations, k.restart_s), (2, 18, 120.0));
+    assert_eq!(k.seconds["t4"], 43.0);
+    let file: toml::Value = toml::from_str(&imp.jobs).unwrap();
+    let job = &file["job"][1];
+    assert_eq!(job["name"].as_str(), Some("bert-1"));
+    assert_eq!(job["arrival"].as_float(), Some(30.5));
+    assert_eq!(job["gang"].as_integer(), Some(2));
+    assert_eq!(job["restart_cost"].as_float(), Some(120.0));
+    let rate = job["throughput"]["t4"].as_float().unwrap();
+    assert!((18.0 / rate - 43.0).abs() < 1e-9);
+    assert!(
+        imp.cluster.contains("count = 1\ngpus = { \"t4\" = 4 }"),
+        "{}",
+        imp.cluster
+    );
+}
+
+#[test]
+fn bad_inputs_are_refused_with_their_place() {
+    let dir = sia_dir();
+    let types = parse_cluster("aws=1").unwrap();
+    let cases = [
+        (
+            "name,time,application,num_replicas,batch_size\nx,0,gpt9,1,4\n",
+            "gpt9",
+        ),
+        (
+            "name,time,application,num_replicas,batch_size\nx,0,bert,0,4\n",
+            "num_replicas",
+        ),
+        (
+            "name,time,application,num_replicas,batch_size\nx,-1,bert,1,4\n",
+            "time",
+        ),
+        (
+            "name,time,application,num_replicas,batch_size\nx,0,bert,1,4\nx,1,bert,1,4\n",
+            "twice",
+        ),
+        ("name,time,application\nx,0,bert\n", "num_replicas"),
+        ("name,time,application,num_replicas,batch_size\n", "no jobs"),
+    ];
+    for (csv, want) in cases {
+        let e = import(csv, "w.csv", dir.path(), &types)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{csv}: {e}");
+    }
+    for arg in ["aws", "aws=0", "gcp=1", "aws=1,aws=2", ""] {
+        assert!(parse_cluster(arg).is_err(), "{arg}");
+    }
+    let e = import(
+        "name,time,application,num_replicas,batch_size\nx,0,bert,1,4\n",
+        "w.csv",
+        dir.path(),
+        &parse_cluster("rtx=1").unwrap(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("placements-rtx.csv"), "{e}");
+}

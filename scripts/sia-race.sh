@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs Sia's simulator (SOSP'23) and `hadar simulate` side by side on Sia's
+# own workloads, restart costs charged on both sides, and prints the table
+# of docs/results.md ("Against Sia").
+#
+#   scripts/sia-race.sh SIA_SIMULATOR_DIR [WORKLOAD ...]
+#
+# SIA_SIMULATOR_DIR is the `sia-simulator/` directory of a checkout of
+# github.com/siasosp23/artifacts (not shipped with Hadar: it has no license).
+# WORKLOADs are paths under its workloads/ (default: saturn/workload-1
+# philly/workload-1). Sia's Python dependencies are installed from PyPI wheels
+# into $SIA_VENV (default target/sia-venv); results go to $OUT (default
+# target/sia-race). Each Sia run takes 3-6 minutes and ~250 MB; three per
+# workload (its policy on adaptive jobs, its policy with every job rigid,
+# its Gavel port).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+sia=$(cd "${1:?usage: scripts/sia-race.sh SIA_SIMULATOR_DIR [WORKLOAD ...]}" && pwd)
+shift
+[[ -f $sia/multi_simulator.py && -d $sia/traces ]] ||
+    { echo "$sia: not Sia's sia-simulator directory (no multi_simulator.py, traces/)" >&2; exit 2; }
+workloads=("${@:-saturn/workload-1}")
+[[ $# -gt 0 ]] || workloads+=(philly/workload-1)
+venv=${SIA_VENV:-$here/target/sia-venv}
+out=${OUT:-$here/target/sia-race}
+hadar=${HADAR:-$here/target/release/hadar}
+policies=(hadar hadare max_min_fairness_perf min_total_duration_perf fifo_perf)
+mkdir -p "$out"
+command -v /usr/bin/time >/dev/null || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
+
+if [[ ! -x $venv/bin/python ]]; then
+    echo "setting up Sia's Python environment in $venv (PyPI wheels)" >&2
+    python3 -m venv "$venv"
+    # pandas < 2: applications.py calls DataFrame.append. cylp: Sia's MIP
+    # asks cvxpy for CBC; ecos: its Gavel port. rich, psutil: imported but
+    # missing from its requirements.
+    "$venv/bin/pip" install -q "numpy==1.23.5" "pandas==1.5.3" "scipy==1.11.4" \
+        "cvxpy==1.6.7" "cylp==0.93.0" "ecos==2.0.14" autograd rich psutil
+fi
+[[ -x $hadar ]] || cargo build --release -p hadar-cli --manifest-path "$here/Cargo.toml"
+
+sia_flags=(--policy=sia --policy_p_val=-0.5 --mip_lambda_a=0.01 --mip_lambda_n=1.1
+    --interval=60 --project_throughput --share_max_replicas)
+for w in "${workloads[@]}"; do
+    name=${w//\//-}
+    csv=$sia/workloads/$w.csv
+    [[ -f $csv ]] || { echo "$csv: no such workload" >&2; exit 2; }
+    # Every job rigid: Sia's `category` column (what its
+    # utils/categorize_jobs.py --percent_rigid 100 writes).
+    awk -F, 'NR==1 {print $0 ",category"; next} NF {print $0 ",rigid"}' "$csv" >"$out/$name-rigid.csv"
+    for run in adaptive rigid gavel; do
+        [[ -s $out/$name.sia-$run.out ]] && grep -q '^Average JCT' "$out/$name.sia-$run.out" && continue
+        case $run in
+            adaptive) args=("$csv" "${sia_flags[@]}") ;;
+            rigid) args=("$out/$name-rigid.csv" "${sia_flags[@]}") ;;
+            gavel) args=("$csv" --policy=gavel --interval=360) ;;
+        esac
+        echo "$name: Sia ($run)..." >&2
+        (cd "$sia" && /usr/bin/time -v -o "$out/$name.sia-$run.time" "$venv/bin/python" -W ignore \
+            multi_simulator.py "${args[@]}" --output="$out/$name.sia-$run.log" >"$out/$name.sia-$run.out" 2>&1)
+    done
+    "$hadar" trace import sia --workload "$csv" --sia "$sia" --out "$out/$name" --json >/dev/null
+    for p in "${policies[@]}"; do
+        /usr/bin/time -v -o "$out/$name.hadar-$p.time" "$hadar" simulate --jobs "$out/$name/jobs.toml" \
+            --cluster "$out/$name/cluster.toml" --round-seconds 60 --no-bound --policy "$p" --json \
+            >"$out/$name.hadar-$p.json"
+    done
+done
+python3 "$here/scripts/sia_race_table.py" "$out" "$sia" "${workloads[@]}"

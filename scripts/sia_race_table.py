@@ -1,0 +1,66 @@
+"""The table of scripts/sia-race.sh: Sia's runs and Hadar's, side by side.
+
+Sia's figures come from its own output: the per-job JCTs it prints last,
+its log's final record (restarts per job) and /usr/bin/time -v; Hadar's
+from `hadar simulate --json`.
+"""
+import ast
+import csv
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+
+def p99(values):
+    """Nearest-rank 99th percentile, as `hadar simulate` computes it."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, -(-99 * len(s) // 100) - 1))]
+
+
+def usage(time_file):
+    text = time_file.read_text()
+    m = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", text)
+    parts = [float(x) for x in m.group(1).split(":")]
+    wall = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
+    return wall, rss / 1024
+
+
+def sia_row(out, name, run, submit):
+    stdout = (out / f"{name}.sia-{run}.out").read_text()
+    start = stdout.rfind("\n{'")
+    jcts = ast.literal_eval(stdout[start + 1 : stdout.index("}", start) + 1])
+    last = (out / f"{name}.sia-{run}.log").read_text().strip().splitlines()[-1]
+    jobs = json.loads(last)["submitted_jobs"]
+    starts = statistics.mean(1 + (j["num_restarts"] or 0) for j in jobs)
+    wall, rss = usage(out / f"{name}.sia-{run}.time")
+    makespan = max(submit[j] + t for j, t in jcts.items()) - min(submit.values())
+    return (statistics.mean(jcts.values()), p99(jcts.values()), makespan, starts, wall, rss)
+
+
+def hadar_row(out, name, policy):
+    d = json.loads((out / f"{name}.hadar-{policy}.json").read_text())[0]
+    _, rss = usage(out / f"{name}.hadar-{policy}.time")
+    return (d["avg_jct_s"], d["p99_jct_s"], d["makespan_s"], d["starts_per_job"], d["wall_s"], rss)
+
+
+def main():
+    out, sia, workloads = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+    print("| workload | scheduler | mean JCT s | p99 JCT s | makespan s | starts/job | wall s | peak MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for w in workloads:
+        name = w.replace("/", "-")
+        with open(sia / "workloads" / f"{w}.csv") as f:
+            submit = {r["name"]: float(r["time"]) for r in csv.DictReader(f)}
+        rows = [(f"Sia ({run})", sia_row(out, name, run, submit)) for run in ("adaptive", "rigid")]
+        rows.append(("Sia's Gavel port (360 s rounds)", sia_row(out, name, "gavel", submit)))
+        for p in sorted(out.glob(f"{name}.hadar-*.json")):
+            policy = p.name[len(name) + len(".hadar-") : -len(".json")]
+            rows.append((f"Hadar `{policy}`", hadar_row(out, name, policy)))
+        for who, (mean, tail, makespan, starts, wall, rss) in rows:
+            print(f"| {w} | {who} | {mean:,.0f} | {tail:,.0f} | {makespan:,.0f} | {starts:.2f} | {wall:.3g} | {rss:.0f} |")
+
+
+main()
