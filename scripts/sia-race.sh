@@ -21,11 +21,19 @@ shift
     { echo "$sia: not Sia's sia-simulator directory (no multi_simulator.py, traces/)" >&2; exit 2; }
 workloads=("${@:-saturn/workload-1}")
 [[ $# -gt 0 ]] || workloads+=(philly/workload-1)
-venv=${SIA_VENV:-$here/target/sia-venv}
-out=${OUT:-$here/target/sia-race}
-hadar=${HADAR:-$here/target/release/hadar}
-policies=(hadar hadare max_min_fairness_perf min_total_duration_perf fifo_perf)
-mkdir -p "$out"
+# Absolute: Sia runs from its own directory.
+mkdir -p "${SIA_VENV:-$here/target/sia-venv}" "${OUT:-$here/target/sia-race}"
+venv=$(cd "${SIA_VENV:-$here/target/sia-venv}" && pwd)
+out=$(cd "${OUT:-$here/target/sia-race}" && pwd)
+if [[ -n ${HADAR:-} ]]; then
+    hadar=$HADAR
+else
+    cargo build -q --release -p hadar-cli --manifest-path "$here/Cargo.toml"
+    hadar=$here/target/release/hadar
+fi
+# Hadar's policies at Sia's 60 s rounds; Gavel's at Gavel's 360 s, as Sia
+# runs its Gavel port (at 60 s they move jobs every round and pay for it).
+policies=(hadar:60 hadare:60 max_min_fairness_perf:360 fifo_perf:360)
 command -v /usr/bin/time >/dev/null || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
 
 if [[ ! -x $venv/bin/python ]]; then
@@ -37,7 +45,6 @@ if [[ ! -x $venv/bin/python ]]; then
     "$venv/bin/pip" install -q "numpy==1.23.5" "pandas==1.5.3" "scipy==1.11.4" \
         "cvxpy==1.6.7" "cylp==0.93.0" "ecos==2.0.14" autograd rich psutil
 fi
-[[ -x $hadar ]] || cargo build --release -p hadar-cli --manifest-path "$here/Cargo.toml"
 
 sia_flags=(--policy=sia --policy_p_val=-0.5 --mip_lambda_a=0.01 --mip_lambda_n=1.1
     --interval=60 --project_throughput --share_max_replicas)
@@ -47,7 +54,16 @@ for w in "${workloads[@]}"; do
     [[ -f $csv ]] || { echo "$csv: no such workload" >&2; exit 2; }
     # Every job rigid: Sia's `category` column (what its
     # utils/categorize_jobs.py --percent_rigid 100 writes).
-    awk -F, 'NR==1 {print $0 ",category"; next} NF {print $0 ",rigid"}' "$csv" >"$out/$name-rigid.csv"
+    python3 - "$csv" "$out/$name-rigid.csv" <<'PY'
+import csv, sys
+with open(sys.argv[1], newline="") as f:
+    rows = [r for r in csv.DictReader(f) if any(v.strip() for v in r.values() if v)]
+names = [c for c in rows[0] if c != "category"] + ["category"]
+with open(sys.argv[2], "w", newline="") as f:
+    w = csv.DictWriter(f, names, lineterminator="\n")
+    w.writeheader()
+    w.writerows({**{c: r[c] for c in names[:-1]}, "category": "rigid"} for r in rows)
+PY
     for run in adaptive rigid gavel; do
         [[ -s $out/$name.sia-$run.out ]] && grep -q '^Average JCT' "$out/$name.sia-$run.out" && continue
         case $run in
@@ -60,9 +76,10 @@ for w in "${workloads[@]}"; do
             multi_simulator.py "${args[@]}" --output="$out/$name.sia-$run.log" >"$out/$name.sia-$run.out" 2>&1)
     done
     "$hadar" trace import sia --workload "$csv" --sia "$sia" --out "$out/$name" --json >/dev/null
-    for p in "${policies[@]}"; do
+    for pr in "${policies[@]}"; do
+        p=${pr%:*} round=${pr#*:}
         /usr/bin/time -v -o "$out/$name.hadar-$p.time" "$hadar" simulate --jobs "$out/$name/jobs.toml" \
-            --cluster "$out/$name/cluster.toml" --round-seconds 60 --no-bound --policy "$p" --json \
+            --cluster "$out/$name/cluster.toml" --round-seconds "$round" --no-bound --policy "$p" --json \
             >"$out/$name.hadar-$p.json"
     done
 done

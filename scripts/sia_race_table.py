@@ -31,19 +31,23 @@ def usage(time_file):
 def sia_row(out, name, run, submit):
     stdout = (out / f"{name}.sia-{run}.out").read_text()
     start = stdout.rfind("\n{'")
+    if start < 0 or "Average JCT" not in stdout:
+        sys.exit(f"{out / (name + '.sia-' + run + '.out')}: Sia did not finish (no per-job JCTs)")
     jcts = ast.literal_eval(stdout[start + 1 : stdout.index("}", start) + 1])
     last = (out / f"{name}.sia-{run}.log").read_text().strip().splitlines()[-1]
     jobs = json.loads(last)["submitted_jobs"]
     starts = statistics.mean(1 + (j["num_restarts"] or 0) for j in jobs)
     wall, rss = usage(out / f"{name}.sia-{run}.time")
-    makespan = max(submit[j] + t for j, t in jcts.items()) - min(submit.values())
+    # From t = 0, as `hadar simulate` counts it (arrivals are not shifted).
+    makespan = max(submit[j] + t for j, t in jcts.items())
     return (statistics.mean(jcts.values()), p99(jcts.values()), makespan, starts, wall, rss)
 
 
 def hadar_row(out, name, policy):
     d = json.loads((out / f"{name}.hadar-{policy}.json").read_text())[0]
-    _, rss = usage(out / f"{name}.hadar-{policy}.time")
-    return (d["avg_jct_s"], d["p99_jct_s"], d["makespan_s"], d["starts_per_job"], d["wall_s"], rss)
+    # The whole process, as for Sia (reading, simulating, writing).
+    wall, rss = usage(out / f"{name}.hadar-{policy}.time")
+    return (d["avg_jct_s"], d["p99_jct_s"], d["makespan_s"], d["starts_per_job"], wall, rss)
 
 
 def main():
@@ -58,9 +62,11 @@ def main():
         rows.append(("Sia's Gavel port (360 s rounds)", sia_row(out, name, "gavel", submit)))
         for p in sorted(out.glob(f"{name}.hadar-*.json")):
             policy = p.name[len(name) + len(".hadar-") : -len(".json")]
-            rows.append((f"Hadar `{policy}`", hadar_row(out, name, policy)))
+            row = hadar_row(out, name, policy)
+            round_s = json.loads(p.read_text())[0]["settings"]["round_s"]
+            rows.append((f"Hadar's `{policy}` ({round_s:.0f} s rounds)", row))
         for who, (mean, tail, makespan, starts, wall, rss) in rows:
-            print(f"| {w} | {who} | {mean:,.0f} | {tail:,.0f} | {makespan:,.0f} | {starts:.2f} | {wall:.3g} | {rss:.0f} |")
+            print(f"| {w} | {who} | {mean:,.0f} | {tail:,.0f} | {makespan:,.0f} | {starts:.2f} | {wall:.2f} | {rss:.0f} |")
 
 
 main()

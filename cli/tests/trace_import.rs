@@ -401,6 +401,21 @@ fn sia_workload_alone_trains_as_long_as_in_sia() {
         "--out",
         &out_s,
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("not Sia's `sia-simulator` directory"));
+    // A bad value on the command line is a usage error.
+    let o = hadar(&[
+        "trace",
+        "import",
+        "sia",
+        "--workload",
+        &workload,
+        "--sia",
+        &sia_s,
+        "--sia-cluster",
+        "aws=0",
+        "--out",
+        &out_s,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
 }

@@ -22,10 +22,12 @@ pub fn run(
     // A malformed value on the command line is a usage error (exit 2).
     let types = sia::parse_cluster(cluster).map_err(|e| CliError::Usage(e.to_string()))?;
     if !sia_dir.join("traces").is_dir() {
-        return Err(CliError::Usage(format!(
+        // An input that is not what it should be: exit 3, as for a file
+        // that cannot be read.
+        return Err(CliError::Input(format!(
             "{}: not Sia's `sia-simulator` directory (it has no traces/ of application profiles); \
              give --sia the directory of a checkout of siasosp23/artifacts that holds multi_simulator.py",
-            Location::new(sia_dir.display().to_string())
+            Location::new(escape(&sia_dir.display().to_string()))
         )));
     }
     let text = hadar_core::error::read_to_string(workload)?;
@@ -97,9 +99,10 @@ fn render(s: &SiaSummary, out: &Path) -> String {
             k.restart_s
         );
     }
+    // Quoted for the shell, and control characters escaped for the terminal.
     let q = |name: &str| {
         let p = out.join(name).display().to_string();
-        shlex::try_quote(&p).map_or_else(|_| p.clone(), |c| c.into_owned())
+        escape(&shlex::try_quote(&p).map_or_else(|_| p.clone(), |c| c.into_owned()))
     };
     let _ = writeln!(o, "\nwrote {}", q(""));
     let _ = writeln!(

@@ -111,6 +111,9 @@ pub struct SiaJob {
     pub category: Option<String>,
 }
 
+/// The longest job name a jobs file takes.
+const MAX_NAME: usize = 200;
+
 /// Reads a workload CSV: `name,time,application,num_replicas,batch_size[,category]`.
 pub fn read_workload(text: &str, source: &str) -> Result<Vec<SiaJob>> {
     let table = Table::parse(text, source, Header::Required)?;
@@ -143,10 +146,26 @@ pub fn read_workload(text: &str, source: &str) -> Result<Vec<SiaJob>> {
                 .map(|c| row.get(c).to_string())
                 .filter(|c| !c.is_empty()),
         };
-        if job.name.is_empty() || job.name.chars().any(char::is_control) {
+        if job.name.is_empty()
+            || job.name.chars().any(char::is_control)
+            || job.name.chars().count() > MAX_NAME
+        {
             return Err(Error::parse(
                 row.at(name),
-                "must be a name of printable characters (not empty, no control character)",
+                format!(
+                    "must be a name of printable characters (not empty, no control character, \
+                     at most {MAX_NAME})"
+                ),
+            ));
+        }
+        if profile::constants(&job.app).is_none() {
+            return Err(Error::parse(
+                row.at(app),
+                format!(
+                    "Sia application `{}` is not known; known: {}",
+                    super::read::escape(&job.app),
+                    profile::APPLICATIONS.join(", ")
+                ),
             ));
         }
         if out.iter().any(|o: &SiaJob| o.name == job.name) {
@@ -340,6 +359,7 @@ fn kind_of<'p>(job: &SiaJob, types: &[SiaType], profile: impl Fn(&SiaType) -> &'
 struct JobEntry<'a> {
     name: &'a str,
     command: [&'a str; 2],
+    gpu_types: Vec<&'a str>,
     iterations: u64,
     gang: u32,
     ranks: &'static str,
@@ -365,19 +385,19 @@ fn jobs_file(
     let mut entries = Vec::new();
     for j in jobs {
         let kind = &kinds[&(j.app.clone(), j.gpus, j.batch)];
-        let throughput = types
+        // Only the types it can run on: a type left out is one the planner
+        // never gives it (and that placement checks do not count).
+        let throughput: BTreeMap<&str, f64> = types
             .iter()
-            .map(|t| {
-                let rate = kind
-                    .seconds
-                    .get(&t.name)
-                    .map_or(0.0, |s| kind.iterations as f64 / s.max(1.0));
-                (t.name.as_str(), rate)
+            .filter_map(|t| {
+                let s = kind.seconds.get(&t.name)?;
+                Some((t.name.as_str(), kind.iterations as f64 / s.max(1.0)))
             })
             .collect();
         entries.push(JobEntry {
             name: &j.name,
             command: ["sia-job", &j.app],
+            gpu_types: throughput.keys().copied().collect(),
             iterations: kind.iterations,
             gang: j.gpus,
             // Data-parallel ranks, free to span nodes as in Sia.
@@ -388,7 +408,8 @@ fn jobs_file(
             throughput,
         });
     }
-    let body = toml::to_string(&JobsFile { job: entries }).unwrap_or_default();
+    // Strings, numbers and maps of them: serializing cannot fail.
+    let body = toml::to_string(&JobsFile { job: entries }).expect("a jobs file serializes");
     format!(
         "# Sia's workload {}, written by `hadar trace import sia`: every job rigid (its\n\
          # GPUs and batch fixed), its rate on each type set so that alone it trains as long\n\

@@ -26,8 +26,8 @@ pub struct AppConstants {
     pub slowdown: f64,
 }
 
-/// The five applications of Sia's workloads (and NCF, which its workloads
-/// do not use), as `applications.py` and `simulator_config.py` set them.
+/// The five applications of Sia's workloads, as `applications.py` and
+/// `simulator_config.py` set them (NCF, which they do not use, is left out).
 pub fn constants(app: &str) -> Option<AppConstants> {
     let (max_epochs, restart_s, slowdown) = match app {
         "cifar10" => (100, 50.0, 1.8),
@@ -100,6 +100,9 @@ pub enum NoRun {
     BatchOutside(String, u64),
     /// The effective batch is outside the validated batch sizes.
     NotValidated(u64),
+    /// The profile gives no finite time above 0 (a gradient of 0, a sync
+    /// longer than its step, progress that goes back).
+    Degenerate,
 }
 
 impl std::fmt::Display for NoRun {
@@ -113,6 +116,7 @@ impl std::fmt::Display for NoRun {
                 )
             }
             NoRun::NotValidated(b) => write!(f, "a batch of {b} was not validated"),
+            NoRun::Degenerate => write!(f, "its profile gives no finite training time"),
         }
     }
 }
@@ -200,10 +204,16 @@ impl Profile {
                 .ok_or(NoRun::NotValidated(effective))?;
             let gain = (var + sqr) / (var / scale + sqr);
             let progress = self.progress(epoch + 1) - self.progress(epoch);
-            let goodput = gain / iter_s / self.constants.slowdown;
-            // Sia books each epoch in whole seconds (`round(...)` in `step`).
-            seconds += (progress / goodput).round();
+            // In Sia's order: `gain / total_time * (1 - 0)`, then times
+            // `calibration_factor = 1 / SLOWDOWN`.
+            let goodput = gain / iter_s * (1.0 / self.constants.slowdown);
+            // Sia books each epoch in whole seconds, with Python's `round`
+            // (halves to even).
+            seconds += (progress / goodput).round_ties_even();
             iterations += progress / gain;
+        }
+        if !(seconds > 0.0 && seconds.is_finite() && iterations > 0.0 && iterations.is_finite()) {
+            return Err(NoRun::Degenerate);
         }
         Ok(LoneRun {
             placement,
@@ -263,11 +273,10 @@ impl Profile {
         if lower.0 == upper.0 {
             return Some((l.grad_sqr, l.grad_var));
         }
-        let w = (batch - lower.0) as f64 / (upper.0 - lower.0) as f64;
-        Some((
-            l.grad_sqr + w * (u.grad_sqr - l.grad_sqr),
-            l.grad_var + w * (u.grad_var - l.grad_var),
-        ))
+        // Sia's form: ((b - lo) * up_value + (hi - b) * lo_value) / (hi - lo).
+        let (b, lo, hi) = (batch as f64, *lower.0 as f64, *upper.0 as f64);
+        let mix = |l: f64, u: f64| ((b - lo) * u + (hi - b) * l) / (hi - lo);
+        Some((mix(l.grad_sqr, u.grad_sqr), mix(l.grad_var, u.grad_var)))
     }
 }
 

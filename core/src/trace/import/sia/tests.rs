@@ -1,4 +1,4 @@
-use super::profile::{placement_id, Profile};
+use super::profile::{self, placement_id, Profile};
 use super::*;
 
 /// A `sia-simulator` directory with one application (bert: 2 epochs,
@@ -72,7 +72,10 @@ fn one_gpu_above_the_initial_batch_accumulates_and_a_large_batch_is_capped() {
     assert_eq!((run.atomic_bsz, run.accum_steps), (2, 3));
     // 4 GPUs, batch 64: 16 a GPU, more than the 4 measured: 4 passes of 4
     // capped by the largest validated batch (8 / (4 x 4) = 0): not validated.
-    assert!(p.lone_run(4, 64, 4).is_err());
+    assert_eq!(
+        p.lone_run(4, 64, 4).unwrap_err(),
+        profile::NoRun::BatchOutside("4".into(), 0)
+    );
     // A placement never measured.
     let e = p.lone_run(3, 6, 4).unwrap_err();
     assert_eq!(e.to_string(), "placement 3 was not profiled");
@@ -91,16 +94,17 @@ fn a_workload_becomes_a_jobs_file_whose_rates_give_sias_times() {
         err.contains("bert-2") && err.contains("runs on no type"),
         "{err}"
     );
-    let csv = &csv[..csv.rfind("bert-2").unwrap()];
-    let imp = import(csv, "w.csv", dir.path(), &types).unwrap();
+    let csv = csv[..csv.rfind("bert-2").unwrap()].replace("bert-1", "bert \"1\"");
+    let imp = import(&csv, "w.csv", dir.path(), &types).unwrap();
     assert_eq!(imp.summary.jobs, 2);
     assert_eq!(imp.summary.kinds.len(), 1);
     let k = &imp.summary.kinds[0];
     assert_eq!((k.jobs, k.iterations, k.restart_s), (2, 18, 120.0));
     assert_eq!(k.seconds["t4"], 43.0);
+    assert!(imp.jobs.contains("gpu_types = [\"t4\"]"), "{}", imp.jobs);
     let file: toml::Value = toml::from_str(&imp.jobs).unwrap();
     let job = &file["job"][1];
-    assert_eq!(job["name"].as_str(), Some("bert-1"));
+    assert_eq!(job["name"].as_str(), Some("bert \"1\""));
     assert_eq!(job["arrival"].as_float(), Some(30.5));
     assert_eq!(job["gang"].as_integer(), Some(2));
     assert_eq!(job["restart_cost"].as_float(), Some(120.0));
@@ -136,6 +140,10 @@ fn bad_inputs_are_refused_with_their_place() {
         ),
         ("name,time,application\nx,0,bert\n", "num_replicas"),
         ("name,time,application,num_replicas,batch_size\n", "no jobs"),
+        (
+            "name,time,application,num_replicas,batch_size\nx\ty,0,bert,1,4\n",
+            "printable",
+        ),
     ];
     for (csv, want) in cases {
         let e = import(csv, "w.csv", dir.path(), &types)
