@@ -135,6 +135,7 @@ async fn six_jobs_finish(policy: PolicyKind) {
         assert_eq!(j.state, "finished", "{j:?}");
         assert!(j.accuracy.expect("accuracy") >= 0.9, "{j:?}");
     }
+    hadar_tests::assert_restarts_measured(&report);
 }
 
 /// Kills d2's dockerd (-9: a daemon lost, not stopped).

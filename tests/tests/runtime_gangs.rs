@@ -108,6 +108,7 @@ async fn every_gang_finishes_with(cluster: &str, backend: Arc<dyn Backend>, jobs
         assert!(j.iterations >= 3000, "{j:?}");
         assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
     }
+    hadar_tests::assert_restarts_measured(&report);
     // The report says where: the trio's ranks on three nodes, two types.
     let trio = report.jobs.iter().find(|j| j.name == "trio").expect("trio");
     assert!(

@@ -118,6 +118,7 @@ async fn six_jobs_finish(policy: PolicyKind, max_steps: u64) -> u64 {
         assert_eq!(j.state, "finished", "{j:?}");
         assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
     }
+    hadar_tests::assert_restarts_measured(&report);
     // The run ends by releasing its allocation; slurmctld drops the
     // allocation's ended steps from its lists a moment later (a busy machine
     // once still listed three of them right after the run), so they are

@@ -129,6 +129,7 @@ async fn hadare_runs_six_jobs_over_ssh() {
         assert_eq!(j.state, "finished", "{j:?}");
         assert!(j.accuracy.expect("accuracy") >= 0.9, "{j:?}");
     }
+    hadar_tests::assert_restarts_measured(&report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
