@@ -93,6 +93,14 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 1920.0, value_name = "S")]
     pub realloc_seconds: f64,
 
+    /// Gavel's policies weigh restarts: a job that ran last round keeps its
+    /// GPU type first while it is still in the policy's allocation there,
+    /// where a restart costs it something (--restart-cost, `restart_cost`).
+    /// Off by default: Gavel's rounds rotate jobs by time share, and its
+    /// reproduced figures stay as they are.
+    #[arg(long)]
+    pub gavel_restart_aware: bool,
+
     /// Seed for the policies that draw at random.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -499,6 +507,7 @@ fn sim_settings(args: &SimulateArgs, kinds: &[PolicyKind]) -> SimSettings {
                 LpSolver::InteriorPoint
             },
             hadar: args.hadar.settings(),
+            gavel_restart_aware: args.gavel_restart_aware,
         },
         mixed_rate: if args.mixed_rate == "mean" {
             MixedRate::Mean

@@ -88,6 +88,11 @@ pub struct SchedulerSettings {
     pub solver: crate::lp::LpSolver,
     /// Hadar's settings (its utility is set by the policy name).
     pub hadar: hadar::HadarSettings,
+    /// Gavel's policies keep a job that ran last round on its GPUs while it
+    /// is still in their allocation on that type and its restart costs
+    /// something (`--gavel-restart-aware`; off: Gavel's own rounds, which
+    /// keep the reproduced figures).
+    pub gavel_restart_aware: bool,
 }
 
 impl Default for SchedulerSettings {
@@ -97,6 +102,7 @@ impl Default for SchedulerSettings {
             seed: 0,
             solver: crate::lp::LpSolver::InteriorPoint,
             hadar: hadar::HadarSettings::default(),
+            gavel_restart_aware: false,
         }
     }
 }

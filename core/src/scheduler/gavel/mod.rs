@@ -206,6 +206,13 @@ pub struct GavelScheduler {
     /// The GPUs each job held last round (to keep them: a lease extension).
     held: Vec<Vec<GpuId>>,
     picker: GpuPicker,
+    /// Whether a running job whose restart costs something keeps its type
+    /// first (see [`SchedulerSettings::gavel_restart_aware`]).
+    restart_aware: bool,
+    /// The type each job ran on last round, if it ran, and for how many
+    /// rounds in a row.
+    ran_on: Vec<Option<(usize, u32)>>,
+    round_s: f64,
 }
 
 impl std::fmt::Debug for GavelScheduler {
@@ -256,6 +263,9 @@ impl GavelScheduler {
             need_update: true,
             held: vec![Vec::new(); n],
             picker: GpuPicker::new(workload.cluster()),
+            restart_aware: settings.gavel_restart_aware && workload.charges_restarts(),
+            ran_on: vec![None; n],
+            round_s: 0.0,
         })
     }
 
@@ -353,6 +363,25 @@ impl GavelScheduler {
         Ok(())
     }
 
+    /// A job's place in type `ty`'s queue: its priority, except that, with
+    /// restarts weighed, a job that ran on `ty` last round and is still in
+    /// the allocation there comes first (it runs on instead of paying a
+    /// restart for the round-by-round rotation of Gavel's time shares).
+    fn queue_priority(&self, w: &Workload, j: JobId, ty: usize) -> f64 {
+        let p = self.priority(w, j, ty);
+        let Some((ran, streak)) = self.ran_on[j.index()].filter(|_| self.restart_aware) else {
+            return p;
+        };
+        // Kept until its restart is at most RESTART_SHARE of the time it
+        // has run since: then the rotation goes on.
+        let amortized = f64::from(streak) * self.round_s * RESTART_SHARE >= w.restart_s(j.index());
+        if p > 0.0 && ran == ty && !amortized {
+            f64::INFINITY
+        } else {
+            p
+        }
+    }
+
     fn priority(&self, w: &Workload, j: JobId, ty: usize) -> f64 {
         if !self.in_allocation[j.index()] {
             return 0.0;
@@ -383,6 +412,7 @@ impl Scheduler for GavelScheduler {
     fn plan(&mut self, ctx: &RoundContext<'_>) -> Result<Decision> {
         let w = ctx.workload;
         let k = self.k;
+        self.round_s = ctx.round_s;
         self.account(ctx);
         for &j in ctx.completed {
             self.held[j.index()].clear();
@@ -417,7 +447,7 @@ impl Scheduler for GavelScheduler {
                 } else {
                     0.0
                 };
-                keyed.push((self.priority(w, j, ty), self.deficits[i], alloc, j));
+                keyed.push((self.queue_priority(w, j, ty), self.deficits[i], alloc, j));
             }
             // A stable sort, although ids make the order total: the queue
             // is built in id order, runs the merge sort exploits; an
@@ -459,9 +489,24 @@ impl Scheduler for GavelScheduler {
             }
         }
         let tasks = assign_gpus(w, &mut self.picker, &chosen, &mut self.held);
+        if self.restart_aware {
+            let before = std::mem::replace(&mut self.ran_on, vec![None; w.jobs().len()]);
+            for t in &tasks {
+                let ty = w.cluster().gpu(t.gpus[0]).gpu_type.index();
+                let streak = match before[t.job.index()] {
+                    Some((prev, n)) if prev == ty => n + 1,
+                    _ => 1,
+                };
+                self.ran_on[t.job.index()] = Some((ty, streak));
+            }
+        }
         Ok(Decision { tasks, solved })
     }
 }
+
+/// With `--gavel-restart-aware`, the share of a job's run time since its
+/// (re)start that its restart may take before it rejoins the rotation.
+const RESTART_SHARE: f64 = 0.1;
 
 /// Gavel's allocation LPs give each job one gang size on every type, so a
 /// job whose alternatives change the gang with the type is refused, naming
