@@ -294,6 +294,11 @@ impl RunConfig {
             layers: Layers::default(),
         }
     }
+
+    /// The root of the task directories on the nodes.
+    pub fn remote_root(&self) -> &Path {
+        self.remote_dir.as_deref().unwrap_or(&self.state_dir)
+    }
 }
 
 /// What keeps a run from hanging or losing work, beyond its plan.
@@ -334,13 +339,6 @@ pub struct CustomScheduler(pub Arc<MakeScheduler>);
 impl std::fmt::Debug for CustomScheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("CustomScheduler")
-    }
-}
-
-impl RunConfig {
-    /// The root of the task directories on the nodes.
-    pub fn remote_root(&self) -> &Path {
-        self.remote_dir.as_deref().unwrap_or(&self.state_dir)
     }
 }
 

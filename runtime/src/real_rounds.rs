@@ -40,6 +40,10 @@ struct Fetched {
     failed: Option<RunError>,
 }
 
+/// A task that exited with an error before its work was done: (job, copy),
+/// its handle (to read its log) and its exit code, where known.
+type Crashed = (u32, u32, TaskHandle, Option<i32>);
+
 /// What one poll found, by task key (keys, not positions: entries leave
 /// the running list, a lost node's or a hung task's, before the ended ones
 /// are taken out).
@@ -49,7 +53,7 @@ struct Polled {
     hung: HashSet<Key>,
     broken: HashSet<Key>,
     lost: Vec<(String, BackendError)>,
-    crashed: Vec<(u32, u32, TaskHandle, Option<i32>)>,
+    crashed: Vec<Crashed>,
 }
 
 /// Executes rounds on a backend.
@@ -887,7 +891,7 @@ impl RealRounds<'_> {
     async fn bank_ended(
         &mut self,
         ended: &HashSet<Key>,
-        crashed: Vec<(u32, u32, TaskHandle, Option<i32>)>,
+        crashed: Vec<Crashed>,
         ledger: &mut Ledger,
         now: f64,
     ) -> Result<bool, RunError> {
@@ -971,11 +975,7 @@ impl RealRounds<'_> {
     /// and briefly: the round waits) and where its log is: the cause of a
     /// task that fails at once (a missing file, a Python traceback) is
     /// there, not in the runtime's words. Not read on a node just lost.
-    async fn say_crashes(
-        &mut self,
-        crashed: Vec<(u32, u32, TaskHandle, Option<i32>)>,
-        ledger: &mut Ledger,
-    ) {
+    async fn say_crashes(&mut self, crashed: Vec<Crashed>, ledger: &mut Ledger) {
         if crashed.is_empty() {
             return;
         }
