@@ -354,19 +354,22 @@ fn sia_workload_alone_trains_as_long_as_in_sia() {
     );
     let out = dir.path().join("out");
     let (sia_s, out_s) = (sia.display().to_string(), out.display().to_string());
-    let o = hadar(&[
-        "trace",
-        "import",
-        "sia",
-        "--workload",
-        &workload,
-        "--sia",
-        &sia_s,
-        "--sia-cluster",
-        "aws=1",
-        "--out",
-        &out_s,
-    ]);
+    let import = |sia: &str, cluster: &str| {
+        hadar(&[
+            "trace",
+            "import",
+            "sia",
+            "--workload",
+            &workload,
+            "--sia",
+            sia,
+            "--sia-cluster",
+            cluster,
+            "--out",
+            &out_s,
+        ])
+    };
+    let o = import(&sia_s, "aws=1");
     assert!(o.status.success(), "{}", text(&o.stderr));
     let human = text(&o.stdout);
     assert!(
@@ -389,33 +392,11 @@ fn sia_workload_alone_trains_as_long_as_in_sia() {
         assert!((jct - 163.0).abs() < 1e-6, "{r}");
         assert_eq!(r["starts_per_job"].as_f64(), Some(1.0), "{r}");
     }
-    // Not Sia's directory: a usage error that says what to give.
-    let o = hadar(&[
-        "trace",
-        "import",
-        "sia",
-        "--workload",
-        &workload,
-        "--sia",
-        &out_s,
-        "--out",
-        &out_s,
-    ]);
+    // Not Sia's directory: an input error (exit 3) that says what to give.
+    let o = import(&out_s, "aws=1");
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("not Sia's `sia-simulator` directory"));
     // A bad value on the command line is a usage error.
-    let o = hadar(&[
-        "trace",
-        "import",
-        "sia",
-        "--workload",
-        &workload,
-        "--sia",
-        &sia_s,
-        "--sia-cluster",
-        "aws=0",
-        "--out",
-        &out_s,
-    ]);
+    let o = import(&sia_s, "aws=0");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
 }
