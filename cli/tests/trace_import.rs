@@ -373,7 +373,7 @@ fn sia_workload_alone_trains_as_long_as_in_sia() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let human = text(&o.stdout);
     assert!(
-        human.contains("bert          2 GPUs batch 8       1 jobs  t4 43  restart 120"),
+        human.contains("bert          2 GPUs batch 8       1 job   t4 43  restart 120"),
         "{human}"
     );
     let line = human
@@ -381,7 +381,11 @@ fn sia_workload_alone_trains_as_long_as_in_sia() {
         .find_map(|l| l.strip_prefix("simulate it: hadar "))
         .unwrap_or_else(|| panic!("no simulate command in:\n{human}"));
     let mut sim: Vec<String> = shlex::split(line).expect("quoted command");
-    sim.extend(["--policy", "hadar,fifo_perf", "--json"].map(String::from));
+    // The policies it prints (Hadar's), and one of Gavel's.
+    let at = sim.iter().position(|a| a == "--policy").expect("--policy");
+    assert_eq!(sim[at + 1], "hadar,hadare", "{line}");
+    sim[at + 1] = "hadar,fifo_perf".into();
+    sim.push("--json".into());
     let sim: Vec<&str> = sim.iter().map(String::as_str).collect();
     let o = hadar(&sim);
     assert!(o.status.success(), "{sim:?}: {}", text(&o.stderr));

@@ -21,13 +21,11 @@ pub fn run(
 ) -> Result<(), CliError> {
     // A malformed value on the command line is a usage error (exit 2).
     let types = sia::parse_cluster(cluster).map_err(|e| CliError::Usage(e.to_string()))?;
-    if !sia_dir.join("traces").is_dir() {
-        // An input that is not what it should be: exit 3, as for a file
-        // that cannot be read.
-        return Err(CliError::Input(format!(
-            "{}: not Sia's `sia-simulator` directory (it has no traces/ of application profiles); \
-             give --sia the directory of a checkout of siasosp23/artifacts that holds multi_simulator.py",
-            Location::new(escape(&sia_dir.display().to_string()))
+    check_sia_dir(sia_dir)?;
+    if out.exists() && !out.is_dir() {
+        return Err(CliError::Usage(format!(
+            "--out {}: a file is there; --out takes a directory (created if missing)",
+            escape(&out.display().to_string())
         )));
     }
     let text = hadar_core::error::read_to_string(workload)?;
@@ -48,6 +46,31 @@ pub fn run(
         print!("{}", render(&imported.summary, out));
     }
     Ok(())
+}
+
+/// Refuses a `--sia` that is not Sia's `sia-simulator` directory, saying
+/// what it is instead (an input that is not what it should be: exit 3, as
+/// for a file that cannot be read).
+fn check_sia_dir(dir: &Path) -> Result<(), CliError> {
+    if dir.join("traces").is_dir() {
+        return Ok(());
+    }
+    let shown = Location::new(escape(&dir.display().to_string()));
+    let what = if !dir.exists() {
+        "does not exist".to_string()
+    } else if let Some(parent) = dir.parent().filter(|p| p.join("traces").is_dir()) {
+        format!(
+            "is inside Sia's directory, not it: give --sia {}",
+            escape(&parent.display().to_string())
+        )
+    } else {
+        "is not Sia's `sia-simulator` directory (it has no traces/ of application profiles)"
+            .to_string()
+    };
+    Err(CliError::Input(format!(
+        "{shown}: {what}; --sia takes the `sia-simulator` directory of a checkout of \
+         siasosp23/artifacts (the one that holds multi_simulator.py and traces/)"
+    )))
 }
 
 /// The summary for a human: each kind of job and its time alone on each
@@ -90,11 +113,12 @@ fn render(s: &SiaSummary, out: &Path) -> String {
             .collect();
         let _ = writeln!(
             o,
-            "    {:<12} {:>2} GPUs batch {:<5} {:>3} jobs  {}  restart {:.0}",
+            "    {:<12} {:>2} GPUs batch {:<5} {:>3} job{}  {}  restart {:.0}",
             escape(&k.application),
             k.gpus,
             k.batch,
             k.jobs,
+            if k.jobs == 1 { " " } else { "s" },
             times.join(", "),
             k.restart_s
         );
@@ -104,12 +128,19 @@ fn render(s: &SiaSummary, out: &Path) -> String {
         let p = out.join(name).display().to_string();
         escape(&shlex::try_quote(&p).map_or_else(|_| p.clone(), |c| c.into_owned()))
     };
+    for n in &s.notes {
+        let _ = writeln!(o, "  note: {}", escape(n));
+    }
     let _ = writeln!(o, "\nwrote {}", q(""));
     let _ = writeln!(
         o,
-        "simulate it: hadar simulate --jobs {} --cluster {} --round-seconds 60 --no-bound",
+        "simulate it: hadar simulate --jobs {} --cluster {} --round-seconds 60 --policy hadar,hadare --no-bound",
         q("jobs.toml"),
         q("cluster.toml")
+    );
+    o.push_str(
+        "  (Sia's 60 s rounds; Gavel's policies rotate jobs every round and would pay a restart each time:\n   \
+         run them at Gavel's --round-seconds 360, or add --gavel-restart-aware; docs/sia.md)\n",
     );
     o
 }

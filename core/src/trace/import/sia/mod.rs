@@ -55,16 +55,23 @@ pub fn parse_cluster(arg: &str) -> Result<Vec<SiaType>> {
         let (suffix, nodes) = part.split_once('=').ok_or_else(|| {
             Error::parse(
                 at.clone(),
-                format!("`{part}` is not SUFFIX=NODES (e.g. aws=6)"),
+                format!("`{part}` is not KIND=NODES (e.g. aws=6)"),
             )
         })?;
         let (suffix, nodes) = (suffix.trim(), nodes.trim());
         let Some(&(_, name, per_node)) = KINDS.iter().find(|k| k.0 == suffix) else {
             let known: Vec<&str> = KINDS.iter().map(|k| k.0).collect();
+            // `AWS`, or a GPU's name (`t4`) where Sia names the machine.
+            let hint = KINDS
+                .iter()
+                .find(|k| k.0.eq_ignore_ascii_case(suffix) || k.1.eq_ignore_ascii_case(suffix))
+                .map(|k| format!(": did you mean {}?", k.0))
+                .unwrap_or_default();
             return Err(Error::parse(
                 at.clone(),
                 format!(
-                    "`{suffix}` is not one of Sia's cluster kinds ({})",
+                    "`{}` is not one of Sia's cluster kinds ({}){hint}",
+                    super::read::escape(suffix),
                     known.join(", ")
                 ),
             ));
@@ -109,6 +116,8 @@ pub struct SiaJob {
     pub batch: u64,
     /// Sia's category (`rigid`, `adaptive`, `scale-gpus`), when given.
     pub category: Option<String>,
+    /// Where its GPUs are written (for errors about where it can run).
+    pub at: Location,
 }
 
 /// The longest job name a jobs file takes.
@@ -135,8 +144,16 @@ pub fn read_workload(text: &str, source: &str) -> Result<Vec<SiaJob>> {
         let job = SiaJob {
             name: row.get(name).to_string(),
             time_s: match row.number(time)? {
-                Some(t) if t >= 0.0 && t.is_finite() => t,
-                _ => return Err(Error::parse(row.at(time), "must be seconds, 0 or above")),
+                Some(t) if (0.0..=crate::engine::check::MAX_ARRIVAL_S).contains(&t) => t,
+                _ => {
+                    return Err(Error::parse(
+                        row.at(time),
+                        format!(
+                            "must be seconds from 0 to {:e} (about 31 years)",
+                            crate::engine::check::MAX_ARRIVAL_S
+                        ),
+                    ))
+                }
             },
             app: row.get(app).to_string(),
             gpus: u32::try_from(whole(gpus, "GPUs")?)
@@ -145,6 +162,7 @@ pub fn read_workload(text: &str, source: &str) -> Result<Vec<SiaJob>> {
             category: category
                 .map(|c| row.get(c).to_string())
                 .filter(|c| !c.is_empty()),
+            at: row.at(gpus),
         };
         if job.name.is_empty()
             || job.name.chars().any(char::is_control)
@@ -205,6 +223,9 @@ pub struct Kind {
     pub cannot_run: BTreeMap<String, String>,
 }
 
+/// Sia's job categories (`cluster.py`); a workload may leave them out.
+const CATEGORIES: [&str; 3] = ["rigid", "adaptive", "scale-gpus"];
+
 /// What an import wrote and found.
 #[derive(Debug, Clone, Serialize)]
 pub struct SiaSummary {
@@ -221,6 +242,8 @@ pub struct SiaSummary {
     pub cluster_gpus: BTreeMap<String, u32>,
     /// Seconds from the first submission to the last.
     pub span_s: f64,
+    /// What the import noticed (a category Sia does not know, ...).
+    pub notes: Vec<String>,
 }
 
 /// A converted workload: the jobs file, the cluster file, the summary.
@@ -267,9 +290,11 @@ pub fn import(
                 .map(|(t, w)| format!("{t}: {w}"))
                 .collect();
             return Err(Error::parse(
-                Location::new(source).field(&job.name),
+                job.at.clone(),
                 format!(
-                    "{} on {} GPUs with batch {} runs on no type of the cluster ({})",
+                    "job `{}`: {} on {} GPUs with batch {} runs on no type of the cluster ({}); \
+                     change the job, or the cluster (--sia-cluster), or leave the job out",
+                    super::read::escape(&job.name),
                     job.app,
                     job.gpus,
                     job.batch,
@@ -286,6 +311,19 @@ pub fn import(
             .entry(j.category.clone().unwrap_or_else(|| "none".into()))
             .or_insert(0) += 1;
     }
+    let mut notes = Vec::new();
+    let unknown: Vec<&str> = categories
+        .keys()
+        .map(String::as_str)
+        .filter(|c| *c != "none" && !CATEGORIES.contains(c))
+        .collect();
+    if !unknown.is_empty() {
+        notes.push(format!(
+            "categories Sia does not know ({}; it knows {}): imported rigid like every job",
+            super::read::escape(&unknown.join(", ")),
+            CATEGORIES.join(", ")
+        ));
+    }
     let first = jobs.iter().map(|j| j.time_s).fold(f64::INFINITY, f64::min);
     let last = jobs.iter().map(|j| j.time_s).fold(0.0, f64::max);
     Ok(SiaImport {
@@ -301,6 +339,7 @@ pub fn import(
                 .map(|t| (t.name.clone(), t.nodes * t.per_node))
                 .collect(),
             span_s: last - first,
+            notes,
         },
     })
 }
@@ -413,7 +452,8 @@ fn jobs_file(
     format!(
         "# Sia's workload {}, written by `hadar trace import sia`: every job rigid (its\n\
          # GPUs and batch fixed), its rate on each type set so that alone it trains as long\n\
-         # as in Sia's simulator (0: it cannot run there), its restart cost Sia's.\n\
+         # as in Sia's simulator, `gpu_types` the types where it can run (import.json's\n\
+         # `cannot_run` says why not elsewhere), its restart cost Sia's.\n\
          # For `hadar simulate --jobs`; `command` names Sia's application, not a program:\n\
          # put the job's own command there to run it.\n\n{body}",
         super::read::clean(source)

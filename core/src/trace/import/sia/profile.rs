@@ -191,6 +191,10 @@ impl Profile {
             .get(&placement)
             .ok_or_else(|| NoRun::Unprofiled(placement.clone()))?;
         let (atomic, accum) = self.batch_split(gpus, batch, rows);
+        if atomic == 0 {
+            // Capped by the largest validated batch: the batch is beyond it.
+            return Err(NoRun::NotValidated(batch));
+        }
         let (step_s, sync_s) = interpolate(rows, atomic as f64)
             .ok_or_else(|| NoRun::BatchOutside(placement.clone(), atomic))?;
         let iter_s = step_s + (step_s - sync_s) * accum as f64;

@@ -71,10 +71,15 @@ fn one_gpu_above_the_initial_batch_accumulates_and_a_large_batch_is_capped() {
     let run = p.lone_run(1, 8, 4).unwrap();
     assert_eq!((run.atomic_bsz, run.accum_steps), (2, 3));
     // 4 GPUs, batch 64: 16 a GPU, more than the 4 measured: 4 passes of 4
-    // capped by the largest validated batch (8 / (4 x 4) = 0): not validated.
+    // capped by the largest validated batch (8 / (4 x 4) = 0): a batch
+    // beyond the validated ones.
     assert_eq!(
         p.lone_run(4, 64, 4).unwrap_err(),
-        profile::NoRun::BatchOutside("4".into(), 0)
+        profile::NoRun::NotValidated(64)
+    );
+    assert_eq!(
+        p.lone_run(4, 64, 4).unwrap_err().to_string(),
+        "a batch of 64 was not validated"
     );
     // A placement never measured.
     let e = p.lone_run(3, 6, 4).unwrap_err();
@@ -94,6 +99,7 @@ fn a_workload_becomes_a_jobs_file_whose_rates_give_sias_times() {
         err.contains("bert-2") && err.contains("runs on no type"),
         "{err}"
     );
+    assert!(err.starts_with("w.csv:4: field `num_replicas`"), "{err}");
     let csv = csv[..csv.rfind("bert-2").unwrap()].replace("bert-1", "bert \"1\"");
     let imp = import(&csv, "w.csv", dir.path(), &types).unwrap();
     assert_eq!(imp.summary.jobs, 2);
@@ -135,6 +141,10 @@ fn bad_inputs_are_refused_with_their_place() {
             "time",
         ),
         (
+            "name,time,application,num_replicas,batch_size\nx,2e9,bert,1,4\n",
+            "31 years",
+        ),
+        (
             "name,time,application,num_replicas,batch_size\nx,0,bert,1,4\nx,1,bert,1,4\n",
             "twice",
         ),
@@ -154,6 +164,20 @@ fn bad_inputs_are_refused_with_their_place() {
     for arg in ["aws", "aws=0", "gcp=1", "aws=1,aws=2", ""] {
         assert!(parse_cluster(arg).is_err(), "{arg}");
     }
+    for (arg, hint) in [
+        ("AWS=1", "did you mean aws?"),
+        ("t4=1", "did you mean aws?"),
+    ] {
+        let e = parse_cluster(arg).unwrap_err().to_string();
+        assert!(e.contains(hint), "{arg}: {e}");
+    }
+    let csv = "name,time,application,num_replicas,batch_size,category\nx,0,bert,1,4,rigidd\n";
+    let imp = import(csv, "w.csv", dir.path(), &types).unwrap();
+    assert!(
+        imp.summary.notes[0].contains("rigidd"),
+        "{:?}",
+        imp.summary.notes
+    );
     let e = import(
         "name,time,application,num_replicas,batch_size\nx,0,bert,1,4\n",
         "w.csv",
