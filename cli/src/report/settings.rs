@@ -60,8 +60,13 @@ pub fn summary_line(sim: &SimSettings) -> String {
     let window = sim
         .window
         .map_or("all jobs".to_string(), |(a, b)| format!("jobs {a}..{b}"));
+    let gavel = if sim.scheduler.gavel_restart_aware {
+        ", Gavel's policies weigh restarts"
+    } else {
+        ""
+    };
     format!(
-        "round {} s, fork model {}, seed {}, measured {window} (--json carries every setting)",
+        "round {} s, fork model {}, seed {}, measured {window}{gavel} (--json carries every setting)",
         sim.round_s, sim.fork_model, sim.scheduler.seed
     )
 }

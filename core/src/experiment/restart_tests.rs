@@ -278,11 +278,8 @@ fn gavel_restart_aware_keeps_a_running_job_until_its_restart_is_amortized() {
         "{:?}",
         starts(&blind)
     );
-    assert!(
-        starts(&aware).iter().all(|&s| s <= 3),
-        "{:?}",
-        starts(&aware)
-    );
+    // Not held to its end (one start each): rotated after four rounds.
+    assert_eq!(starts(&aware), vec![3, 3]);
     assert!(aware.summary.avg_jct_s < blind.summary.avg_jct_s);
     let (free_blind, free_aware) = (run_with(false, 0.0), run_with(true, 0.0));
     assert_eq!(free_blind.jobs, free_aware.jobs);

@@ -88,10 +88,13 @@ pub struct SchedulerSettings {
     pub solver: crate::lp::LpSolver,
     /// Hadar's settings (its utility is set by the policy name).
     pub hadar: hadar::HadarSettings,
-    /// Gavel's policies keep a job that ran last round on its GPUs while it
-    /// is still in their allocation on that type and its restart costs
-    /// something (`--gavel-restart-aware`; off: Gavel's own rounds, which
-    /// keep the reproduced figures).
+    /// Gavel's policies keep a job that ran last round on its GPU type,
+    /// first in that type's queue while it is still in their allocation
+    /// there, until its restart is at most a tenth of the time it has run
+    /// since (`--gavel-restart-aware`; off: Gavel's own rounds, which keep
+    /// the reproduced figures). Written only when on, so that settings saved
+    /// before it existed (a sweep's) still read as the same.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub gavel_restart_aware: bool,
 }
 

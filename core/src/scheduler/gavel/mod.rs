@@ -382,6 +382,19 @@ impl GavelScheduler {
         }
     }
 
+    /// Whether job `j` is kept on another type than `ty` this round (see
+    /// [`Self::queue_priority`]): then `ty`'s queue must not move it there,
+    /// though its share of `ty` may rank it high. Its own type's queue
+    /// holds it (last round's jobs of that type fit, and come first).
+    fn kept_elsewhere(&self, w: &Workload, j: JobId, ty: usize) -> bool {
+        match self.ran_on[j.index()] {
+            Some((ran, _)) if self.restart_aware && ran != ty => {
+                self.queue_priority(w, j, ran) == f64::INFINITY
+            }
+            _ => false,
+        }
+    }
+
     fn priority(&self, w: &Workload, j: JobId, ty: usize) -> f64 {
         if !self.in_allocation[j.index()] {
             return 0.0;
@@ -472,6 +485,9 @@ impl Scheduler for GavelScheduler {
                 continue;
             }
             if self.fifo && self.priority(w, j, ty) <= 0.0 {
+                continue;
+            }
+            if self.kept_elsewhere(w, j, ty) {
                 continue;
             }
             // Its gang on that type (one size everywhere: see `new`).
