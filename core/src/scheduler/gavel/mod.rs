@@ -363,6 +363,44 @@ impl GavelScheduler {
         Ok(())
     }
 
+    /// The round's queue of (job, type): the types in placement order
+    /// (shuffled each round for the type-agnostic policies), each type's
+    /// jobs by (priority, deficit, allocation), descending; ties by id.
+    fn queue(&mut self, ctx: &RoundContext<'_>) -> Vec<(JobId, usize)> {
+        let (w, k) = (ctx.workload, self.k);
+        // Types in placement order.
+        let mut order: Vec<usize> = (0..k).collect();
+        if !self.fixed_order {
+            order.shuffle(&mut self.shuffle);
+        }
+        let mut queue: Vec<(JobId, usize)> = Vec::with_capacity(ctx.state.active.len() * k);
+        let mut keyed: Vec<(f64, f64, f64, JobId)> = Vec::with_capacity(ctx.state.active.len());
+        for &ty in &order {
+            keyed.clear();
+            for &j in &ctx.state.active {
+                let i = j.index() * k + ty;
+                let alloc = if self.in_allocation[j.index()] {
+                    self.allocation[i]
+                } else {
+                    0.0
+                };
+                keyed.push((self.queue_priority(w, j, ty), self.deficits[i], alloc, j));
+            }
+            // A stable sort, although ids make the order total: the queue
+            // is built in id order, runs the merge sort exploits; an
+            // unstable sort took twice the time of a 20,000-job fifo_perf
+            // run (59% of it in the sort).
+            keyed.sort_by(|a, b| {
+                b.0.total_cmp(&a.0)
+                    .then(b.1.total_cmp(&a.1))
+                    .then(b.2.total_cmp(&a.2))
+                    .then(a.3.cmp(&b.3))
+            });
+            queue.extend(keyed.iter().map(|e| (e.3, ty)));
+        }
+        queue
+    }
+
     /// A job's place in type `ty`'s queue: its priority, except that, with
     /// restarts weighed, a job that ran on `ty` last round and is still in
     /// the allocation there comes first (it runs on instead of paying a
@@ -443,37 +481,7 @@ impl Scheduler for GavelScheduler {
             solved = true;
         }
 
-        // Types in placement order.
-        let mut order: Vec<usize> = (0..k).collect();
-        if !self.fixed_order {
-            order.shuffle(&mut self.shuffle);
-        }
-        // Per type, jobs by (priority, deficit, allocation), descending; ties by id.
-        let mut queue: Vec<(JobId, usize)> = Vec::with_capacity(ctx.state.active.len() * k);
-        let mut keyed: Vec<(f64, f64, f64, JobId)> = Vec::with_capacity(ctx.state.active.len());
-        for &ty in &order {
-            keyed.clear();
-            for &j in &ctx.state.active {
-                let i = j.index() * k + ty;
-                let alloc = if self.in_allocation[j.index()] {
-                    self.allocation[i]
-                } else {
-                    0.0
-                };
-                keyed.push((self.queue_priority(w, j, ty), self.deficits[i], alloc, j));
-            }
-            // A stable sort, although ids make the order total: the queue
-            // is built in id order, runs the merge sort exploits; an
-            // unstable sort took twice the time of a 20,000-job fifo_perf
-            // run (59% of it in the sort).
-            keyed.sort_by(|a, b| {
-                b.0.total_cmp(&a.0)
-                    .then(b.1.total_cmp(&a.1))
-                    .then(b.2.total_cmp(&a.2))
-                    .then(a.3.cmp(&b.3))
-            });
-            queue.extend(keyed.iter().map(|e| (e.3, ty)));
-        }
+        let queue = self.queue(ctx);
         let mut left = w.cluster().gpus_per_type();
         let mut placed = vec![false; w.jobs().len()];
         let mut chosen: Vec<Vec<JobId>> = vec![Vec::new(); k];
