@@ -395,6 +395,8 @@ fn sia_workload_alone_trains_as_long_as_in_sia() {
         let jct = r["avg_jct_s"].as_f64().expect("jct");
         assert!((jct - 163.0).abs() < 1e-6, "{r}");
         assert_eq!(r["starts_per_job"].as_f64(), Some(1.0), "{r}");
+        // The rates are the jobs file's, not a table's.
+        assert_eq!(r["settings"]["throughputs"], "the jobs file's", "{r}");
     }
     // Not Sia's directory: an input error (exit 3) that says what to give.
     let o = import(&out_s, "aws=1");

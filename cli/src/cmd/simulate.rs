@@ -451,7 +451,11 @@ pub fn run(args: SimulateArgs) -> Result<(), CliError> {
             Some(path) => path.display().to_string(),
             None => source.clone(),
         },
-        throughputs: args.throughputs.clone(),
+        // A jobs file carries its own rates (the table is not read).
+        throughputs: match &args.jobs {
+            Some(_) => "the jobs file's".to_string(),
+            None => args.throughputs.clone(),
+        },
         cluster: args.cluster.clone(),
         gpus_per_node: args.gpus_per_node,
         uneven_batches: args.uneven_batches,
