@@ -14,9 +14,12 @@ from pathlib import Path
 
 
 def p99(values):
-    """Nearest-rank 99th percentile, as `hadar simulate` computes it."""
+    """The 99th percentile as `hadar simulate` computes it (core's
+    `stats::quantile`): linear between the two nearest ranks."""
     s = sorted(values)
-    return s[min(len(s) - 1, max(0, -(-99 * len(s) // 100) - 1))]
+    pos = 0.99 * (len(s) - 1)
+    lo, hi = int(pos), min(int(pos) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def usage(time_file):

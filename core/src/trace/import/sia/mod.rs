@@ -349,10 +349,8 @@ pub fn import(
 fn kind_of<'p>(job: &SiaJob, types: &[SiaType], profile: impl Fn(&SiaType) -> &'p Profile) -> Kind {
     let mut runs: Vec<(&SiaType, LoneRun)> = Vec::new();
     let mut cannot_run = BTreeMap::new();
-    let mut restart_s = 0.0;
     for t in types {
         let p = profile(t);
-        restart_s = p.constants().restart_s;
         if job.gpus > t.per_node * t.nodes {
             cannot_run.insert(
                 t.name.clone(),
@@ -379,7 +377,10 @@ fn kind_of<'p>(job: &SiaJob, types: &[SiaType], profile: impl Fn(&SiaType) -> &'
         gpus: job.gpus,
         batch: job.batch,
         jobs: 1,
-        restart_s,
+        // The application's, the same on every type.
+        restart_s: types
+            .first()
+            .map_or(0.0, |t| profile(t).constants().restart_s),
         iterations,
         seconds: runs
             .iter()
