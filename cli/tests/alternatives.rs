@@ -156,6 +156,9 @@ fn a_real_run_launches_each_alternative_at_its_gang() {
         "1",
         "--state",
         path(&state),
+        // The task logs are read below: kept (by default they go once
+        // each task's checkpoint is collected).
+        "--keep-task-dirs",
         "--json",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

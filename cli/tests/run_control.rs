@@ -360,7 +360,8 @@ fn the_default_relative_state_directory_keeps_every_checkpoint() {
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"))
         .arg("--jobs")
         .arg(&jobs)
-        .args(["--round-seconds", "1", "--json"])
+        // The task directories are looked into below.
+        .args(["--round-seconds", "1", "--keep-task-dirs", "--json"])
         .output()
         .expect("run hadar");
     let v = report(&o);

@@ -49,6 +49,9 @@ env = {{ PYTHONPATH = {json.dumps(str(PYTHON_SRC))}, TRAIN_STEP_SECONDS = "{step
         "1",
         "--grace",
         "5",
+        # The tests read the task directories' logs and checkpoints after the
+        # run: kept (by default they go once each task is collected).
+        "--keep-task-dirs",
         "--json",
     ]
 
@@ -151,7 +154,7 @@ THREE_GPUS = (
 def _round_groups(state: Path) -> dict[int, list[Path]]:
     groups: dict[int, list[Path]] = {}
     for d in sorted(state.glob("tasks/job0-round*-copy*-l*")):
-        m = re.fullmatch(r"job0-round(\d+)-copy(\d+)-l\d+", d.name)
+        m = re.fullmatch(r"job0-round(\d+)-copy(\d+)-l\d+-\w+", d.name)
         assert m, d.name
         if (d / "checkpoint.safetensors").is_file():
             groups.setdefault(int(m.group(1)), []).append(d)

@@ -44,7 +44,8 @@ env = {{ PYTHONPATH = {json.dumps(str(PYTHON_SRC))} }}
     state = tmp_path / "state"
     args = [str(hadar_bin), "run", "--cluster", str(tmp_path / "cluster.toml")]
     args += ["--jobs", str(tmp_path / "jobs.toml"), "--state", str(state)]
-    args += ["--round-seconds", "5", "--json"]
+    # The last task's logs are read below: kept.
+    args += ["--round-seconds", "5", "--keep-task-dirs", "--json"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::state::{copy_atomic, io};
+use crate::state::{copy_atomic, io, rename_durably};
 use crate::RunError;
 
 /// The job's latest checkpoint (what its next task resumes from).
@@ -77,7 +77,10 @@ pub(crate) fn install(
                     let added: u64 = files.iter().map(|(_, it)| it).sum();
                     hadar_checkpoint::write_step(&merging, base + added)?;
                 }
-                std::fs::rename(&merging, &out).map_err(|e| io(&out, e))?;
+                // (`merge` and `write_step` sync the file; the rename is
+                // synced too: the tasks' directories, and the copies in
+                // them, may be removed next.)
+                rename_durably(&merging, &out)?;
                 break;
             }
         }

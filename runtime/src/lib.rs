@@ -259,6 +259,16 @@ pub struct RunConfig {
     pub exploration_bonus: f64,
     /// The layers the backend runs in ([`run`] puts it in them).
     pub layers: Layers,
+    /// Keep what each task left on its nodes (`hadar run --keep-task-dirs`),
+    /// for a look at its files after the run. Default (`false`): once a
+    /// task has ended, its checkpoint is collected and the state that no
+    /// longer holds it is saved, the runtime removes its leftovers
+    /// ([`Backend::cleanup`]: its directory, with a copy of the checkpoint
+    /// it resumed from and the one it wrote; a Docker task's containers),
+    /// so that they do not pile up on the nodes round after round. A task that failed
+    /// (crashed, hung, a broken gang, no checkpoint) is kept either way: the
+    /// warning that says so points at its log.
+    pub keep_task_dirs: bool,
 }
 
 /// Round length of a real run unless set (s): short, so that a run on a
@@ -269,9 +279,10 @@ impl RunConfig {
     /// A run of `jobs` on `cluster` under `policy`, its state in
     /// `state_dir`, with the defaults `hadar run` has: the scheduler's
     /// default settings, [`DEFAULT_ROUND_S`] rounds, tasks stopped with
-    /// SIGTERM and 10 s of grace, progress read every 250 ms, task directories under
-    /// `state_dir`, hung tasks judged by their own report gaps, the
-    /// measured exploration bonus, and the standard [`Layers`].
+    /// SIGTERM and 10 s of grace, progress read every 250 ms, task
+    /// directories under `state_dir` (cleaned up once their tasks are
+    /// collected), hung tasks judged by their own report gaps, the measured
+    /// exploration bonus, and the standard [`Layers`].
     pub fn new(
         cluster: Arc<Cluster>,
         jobs: Vec<RunJob>,
@@ -292,6 +303,7 @@ impl RunConfig {
             guards: Guards::default(),
             exploration_bonus: KnowledgeSettings::default().exploration_bonus,
             layers: Layers::default(),
+            keep_task_dirs: false,
         }
     }
 
@@ -545,6 +557,7 @@ pub async fn run(
         state,
         on_event,
         clock,
+        to_clean: Vec::new(),
     };
     let result = drive(&mut exec, &experiment, resume).await;
     let closed = backend.close().await;

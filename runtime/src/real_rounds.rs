@@ -33,9 +33,11 @@ use crate::state::{save_state, JobProgress, RunState, Running};
 use crate::{hang_limit, unix_now, Event, RunConfig, RunError};
 
 /// The checkpoints fetched of ended tasks, by job, with their credit; the
-/// jobs with a fetch that failed, and the first error.
+/// tasks (by token) whose own checkpoint was fetched; the jobs with a fetch
+/// that failed, and the first error.
 struct Fetched {
     files: BTreeMap<u32, Vec<(std::path::PathBuf, u64)>>,
+    tokens: HashSet<String>,
     unfetched: HashSet<u32>,
     failed: Option<RunError>,
 }
@@ -64,6 +66,12 @@ pub(crate) struct RealRounds<'a> {
     pub(crate) state: RunState,
     pub(crate) on_event: &'a mut (dyn FnMut(Event) + Send),
     pub(crate) clock: RunClock,
+    /// Ended tasks whose checkpoints are banked and whose leftovers go
+    /// ([`Backend::cleanup`]) once the state that no longer holds them is
+    /// saved (a run killed before that save finds their checkpoints where
+    /// they were, and collects them again). Not saved: a run killed after
+    /// the save leaves them on the nodes, which loses no work.
+    pub(crate) to_clean: Vec<TaskHandle>,
 }
 
 /// The run's time (s since its start), from the monotonic clock: the wall
@@ -368,6 +376,7 @@ impl RealRounds<'_> {
         // fetch or install does not leave the others' checkpoints behind.
         let Fetched {
             mut files,
+            tokens,
             unfetched,
             mut failed,
         } = self.fetch_all(&by_job, &into).await;
@@ -381,6 +390,7 @@ impl RealRounds<'_> {
                 // Copies stopped after their job finished: its model is the
                 // one that reached the total; theirs, behind it, would
                 // replace it.
+                self.clean_up_later(tasks, &tokens);
                 continue;
             }
             let installed = if unfetched.contains(job) {
@@ -401,8 +411,64 @@ impl RealRounds<'_> {
                 continue;
             };
             self.credit(*job, tasks, banked, !got.is_empty(), ledger, &mut failed);
+            self.clean_up_later(tasks, &tokens);
         }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Queues for removal ([`Self::clean_up_banked`]) what `tasks`, just
+    /// banked, left on their nodes: only a task whose own checkpoint was
+    /// fetched (`fetched`, by token: the job's latest now holds it, synced
+    /// to disk) and that did not fail (its log is looked at), unless the
+    /// run keeps them ([`RunConfig::keep_task_dirs`]). A task that left no
+    /// checkpoint keeps its directory (the job's error may name it), and a
+    /// handle without an id (a launch recorded before it was made, found
+    /// ended after a restart) names nothing a backend could remove.
+    fn clean_up_later(&mut self, tasks: &[Running], fetched: &HashSet<String>) {
+        if self.config.keep_task_dirs {
+            return;
+        }
+        self.to_clean.extend(
+            tasks
+                .iter()
+                .filter(|r| !r.failed && !r.handle.id.is_empty())
+                .filter(|r| fetched.contains(&r.handle.token))
+                .map(|r| r.handle.clone()),
+        );
+    }
+
+    /// Removes what the banked tasks left on their nodes, side by side.
+    /// Called only once the state is saved without them. Best effort: a
+    /// failure is a warning (the files are copies of what the run holds),
+    /// never the run's error.
+    async fn clean_up_banked(&mut self) {
+        let handles = std::mem::take(&mut self.to_clean);
+        if handles.is_empty() {
+            return;
+        }
+        let results = concurrently(
+            handles.clone(),
+            |b, h| async move { b.cleanup(&h).await },
+            &self.backend,
+        )
+        .await;
+        for (h, res) in handles.iter().zip(results) {
+            if let Err(e) = res {
+                tracing::warn!(
+                    "task {} ({}): removing what it left on its nodes failed: {e}; its \
+                     checkpoint is collected, only its files stay",
+                    h.token,
+                    h.workdir.display()
+                );
+            }
+        }
+    }
+
+    /// Saves the state, then removes what the tasks banked before it left.
+    pub(crate) async fn persist_and_clean_up(&mut self) -> Result<(), RunError> {
+        self.persist()?;
+        self.clean_up_banked().await;
+        Ok(())
     }
 
     /// Fetches the checkpoints of the ended tasks into `into`, side by side.
@@ -416,12 +482,14 @@ impl RealRounds<'_> {
         let fetched = fetch_checkpoints(&self.backend, handles, into).await;
         let mut out = Fetched {
             files: BTreeMap::new(),
+            tokens: HashSet::new(),
             unfetched: HashSet::new(),
             failed: None,
         };
         for (r, f) in tasks.iter().zip(fetched) {
             match f {
                 Ok(Some(path)) => {
+                    out.tokens.insert(r.handle.token.clone());
                     let credit = credited(&path, r);
                     out.files.entry(r.job).or_default().push((path, credit));
                 }
@@ -517,9 +585,11 @@ impl RealRounds<'_> {
         }
         // The launch's sequence number makes every launch's directory and
         // token its own, also when a resumed run replays a round.
+        // The run's id in the name (and the token): two runs sharing a
+        // remote directory never share, or remove, each other's.
         let name = format!(
-            "job{}-round{}-copy{}-l{}",
-            t.job.0, round, t.copy, self.state.launches
+            "job{}-round{}-copy{}-l{}-{}",
+            t.job.0, round, t.copy, self.state.launches, self.state.run_id
         );
         let resume = latest(&self.config.state_dir, t.job.0);
         let placement_lead = placement
@@ -569,7 +639,7 @@ impl RealRounds<'_> {
             total_iterations: job.iterations,
             deadline_unix_s: deadline,
             seed: u64::from(t.copy) * 7919 + round,
-            token: format!("{}-{name}", self.state.run_id),
+            token: name.clone(),
             options: job.backend_options(self.backend.name()),
             ranks: job.ranks,
             rendezvous: port.map(|port| Rendezvous {
@@ -757,6 +827,7 @@ impl RealRounds<'_> {
                 progress_s: round_start,
                 gap_s: 0.0,
                 base_step: self.base_step(key.0),
+                failed: false,
             })
             .collect()
     }
@@ -852,7 +923,17 @@ impl RealRounds<'_> {
         absorb(r, &mut self.state.jobs, status, ledger, now);
         let r = &self.state.running[i];
         let limit = hang_limit(&self.config.guards, r.iterations > 0, r.gap_s);
-        if status.state == TaskState::Running && now - r.progress_s > limit {
+        let hung = status.state == TaskState::Running && now - r.progress_s > limit;
+        let crashed = matches!(status.state, TaskState::Exited { code }
+            if !status.finished() && code != Some(0));
+        let broken = matches!(status.state, TaskState::Broken { .. });
+        if hung || crashed || broken {
+            // (Saved with the record: its checkpoint may be collected
+            // rounds later, or by the next run.)
+            self.state.running[i].failed = true;
+        }
+        let r = &self.state.running[i];
+        if hung {
             polled.hung.insert((r.job, r.copy));
         }
         if let TaskState::Broken { rank, code } = status.state {
@@ -878,7 +959,7 @@ impl RealRounds<'_> {
         (self.on_event)(event);
         let r = &self.state.running[i];
         if let TaskState::Exited { code } = status.state {
-            if !status.finished() && code != Some(0) {
+            if crashed {
                 polled.crashed.push((r.job, r.copy, r.handle.clone(), code));
             }
             polled.ended.insert((r.job, r.copy));
@@ -1253,14 +1334,15 @@ impl RealRounds<'_> {
     /// that nothing outlives a finished run.
     pub(crate) async fn wind_up(&mut self) -> Result<(), RunError> {
         let left = std::mem::take(&mut self.state.running);
-        if left.is_empty() {
-            return Ok(());
+        if !left.is_empty() {
+            tracing::warn!(
+                tasks = left.len(),
+                "every job is done but tasks are still recorded: stopping them"
+            );
+            self.finish_tasks(left, &mut Ledger::default()).await?;
         }
-        tracing::warn!(
-            tasks = left.len(),
-            "every job is done but tasks are still recorded: stopping them"
-        );
-        self.finish_tasks(left, &mut Ledger::default()).await
+        // The last rounds' ended tasks go too.
+        self.persist_and_clean_up().await
     }
 
     /// Takes over the tasks a killed run recorded as being launched: found
@@ -1340,7 +1422,7 @@ impl RealRounds<'_> {
             tracing::warn!("{w}");
         }
         self.state.launching = kept;
-        self.persist()
+        self.persist_and_clean_up().await
     }
 
     /// Ends a run that stopped on `cause`: its tasks are stopped after their
@@ -1353,7 +1435,7 @@ impl RealRounds<'_> {
         }
         let tasks = std::mem::take(&mut self.state.running);
         if tasks.is_empty() {
-            let _ = self.persist();
+            let _ = self.persist_and_clean_up().await;
             return cause;
         }
         let name = |r: &Running| {
@@ -1366,7 +1448,7 @@ impl RealRounds<'_> {
         let all: Vec<String> = tasks.iter().map(name).collect();
         let collected = self.finish_tasks(tasks, &mut ledger).await;
         let left: Vec<String> = self.state.running.iter().map(name).collect();
-        let saved = self.persist();
+        let saved = self.persist_and_clean_up().await;
         let stopped: Vec<&String> = all.iter().filter(|t| !left.contains(t)).collect();
         let mut fate = String::new();
         if !stopped.is_empty() {
@@ -1433,7 +1515,7 @@ impl RealRounds<'_> {
         }
         let switched = self.now() - switch_from;
         self.state.switches.add(switched.max(0.0));
-        self.persist()?;
+        self.persist_and_clean_up().await?;
         (self.on_event)(Event::Round {
             round: plan.index,
             tasks: self.state.running.len(),

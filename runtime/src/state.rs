@@ -44,6 +44,12 @@ pub struct Running {
     /// empty in states of older versions).
     #[serde(default)]
     pub gpu_types: Vec<String>,
+    /// It failed (exited with an error before its job was done, hung, or
+    /// its gang broke): its directory stays on its nodes for a look at its
+    /// logs, whenever its checkpoint is collected (rounds later, maybe,
+    /// or by the next run: hence saved).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 impl Running {
@@ -383,21 +389,43 @@ pub fn save_state(dir: &Path, state: &RunState) -> Result<(), RunError> {
 
 /// Writes `bytes` to `path` so that a reader (or a crash) sees the old file
 /// or the new one, never half of one: a temporary file beside it, synced,
-/// then renamed over it. The one way this crate replaces a file.
+/// then renamed over it, and the rename synced too. The one way this crate
+/// replaces a file.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
     f.write_all(bytes).map_err(|e| io(&tmp, e))?;
     f.sync_all().map_err(|e| io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io(path, e))
+    rename_durably(&tmp, path)
 }
 
-/// Copies `from` over `to` atomically (a temporary file, then a rename).
+/// Copies `from` over `to` atomically and durably (a temporary file,
+/// synced, then renamed, the rename synced): once it returns, a power cut
+/// leaves `to` whole, so that the task directory it came from may go.
 pub(crate) fn copy_atomic(from: &Path, to: &Path) -> Result<(), RunError> {
     let tmp = to.with_extension("tmp");
     std::fs::copy(from, &tmp).map_err(|e| io(from, e))?;
-    std::fs::rename(&tmp, to).map_err(|e| io(to, e))
+    sync_file(&tmp)?;
+    rename_durably(&tmp, to)
+}
+
+/// Renames `from` to `to` and syncs the directory that holds `to`, so that
+/// the new name survives a power cut (the file's data must be synced
+/// before).
+pub(crate) fn rename_durably(from: &Path, to: &Path) -> Result<(), RunError> {
+    std::fs::rename(from, to).map_err(|e| io(to, e))?;
+    match to.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) => sync_file(dir),
+        None => Ok(()),
+    }
+}
+
+/// Syncs a file's (or a directory's) data and metadata to disk.
+fn sync_file(path: &Path) -> Result<(), RunError> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io(path, e))
 }
 
 #[cfg(test)]
@@ -536,6 +564,23 @@ mod tests {
         );
     }
 
+    /// A failed task's mark is saved (its directory must outlast a run that
+    /// collects its checkpoint later), and states without it still load.
+    #[test]
+    fn a_failed_task_s_mark_is_saved() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = state(1);
+        let mut failed = task(0, vec!["n".into()]);
+        failed.failed = true;
+        s.running = vec![failed, task(0, vec!["m".into()])];
+        save_state(dir.path(), &s).expect("save");
+        let text = std::fs::read_to_string(state_path(dir.path())).expect("read");
+        assert_eq!(text.matches("\"failed\"").count(), 1, "{text}");
+        let back = load_state(dir.path()).expect("load").expect("saved");
+        let marks: Vec<bool> = back.running.iter().map(|r| r.failed).collect();
+        assert_eq!(marks, [true, false]);
+    }
+
     fn task(job: u32, nodes: Vec<String>) -> Running {
         Running {
             job,
@@ -554,6 +599,7 @@ mod tests {
             base_step: None,
             port: None,
             gpu_types: vec![],
+            failed: false,
         }
     }
 

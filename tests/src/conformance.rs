@@ -82,6 +82,7 @@ impl Harness {
 /// Every scenario, by set: what a harness may name in `opt_out`.
 pub const SCENARIOS: &[&str] = &[
     "launch_and_finish",
+    "cleanup_removes_what_the_task_left",
     "stop_within_grace",
     "transfers_by_task",
     "found_again_after_restart",
@@ -135,8 +136,8 @@ macro_rules! conformance_suite {
     };
     ($setup:expr, protocol) => {
         $crate::conformance_suite!(@tests $setup;
-            launch_and_finish, stop_within_grace, transfers_by_task, found_again_after_restart,
-            found_by_token, concurrent_calls);
+            launch_and_finish, cleanup_removes_what_the_task_left, stop_within_grace,
+            transfers_by_task, found_again_after_restart, found_by_token, concurrent_calls);
     };
     (@tests $setup:expr; $($name:ident),* $(,)?) => {
         $(
@@ -186,7 +187,10 @@ pub fn spec(t: &Target, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
         }],
         argv,
         env: vec![],
-        workdir: t.workdir.join(name),
+        // Named as the runtime names a task's directory: its token.
+        workdir: t
+            .workdir
+            .join(format!("conformance-{name}-{}", std::process::id())),
         inputs: vec![],
         total_iterations: total,
         deadline_unix_s: 4_000_000_000.0,
@@ -262,6 +266,29 @@ pub async fn launch_and_finish(h: &Harness) {
         "a checkpoint"
     );
     b.cleanup(&task).await.expect("cleanup");
+}
+
+/// `cleanup` removes what an ended task left: its checkpoint and its log are
+/// no longer there to fetch (the runtime calls it once it has collected
+/// them; on a node the files would otherwise pile up, round after round).
+pub async fn cleanup_removes_what_the_task_left(h: &Harness) {
+    let (b, t) = (&h.backend, &h.target);
+    let mut s = spec(t, "cleanup", trainer_argv(t), 300);
+    s.env.push(("HADAR_TRAINER_ITER_US".into(), "100".into()));
+    let task = b.launch(&s).await.expect("launch");
+    let st = wait_exit(b, &task, Duration::from_secs(30)).await;
+    assert_eq!(st.state, TaskState::Exited { code: Some(0) });
+    assert!(
+        file(b, &task, CHECKPOINT_FILE).await.is_some(),
+        "a checkpoint"
+    );
+    b.cleanup(&task).await.expect("cleanup");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for name in [CHECKPOINT_FILE, "task.log"] {
+        // No such file, or no such task: either way, gone.
+        let got = b.fetch(&task, name, &dir.path().join("fetched")).await;
+        assert!(!matches!(got, Ok(true)), "{name} is left after cleanup");
+    }
 }
 
 /// The stop signal makes the task checkpoint and exit cleanly within the grace period.

@@ -82,6 +82,9 @@ fn config(dir: &std::path::Path, jobs: &str) -> RunConfig {
 fn config_on(cluster: &str, dir: &std::path::Path, jobs: &str) -> RunConfig {
     RunConfig {
         round_s: 2.0,
+        // Which nodes a task's ranks said is read from its directory after
+        // the run.
+        keep_task_dirs: true,
         stop: StopPolicy::new(Signal::Term, 10.0).expect("grace"),
         poll: Duration::from_millis(100),
         ..RunConfig::new(

@@ -59,6 +59,9 @@ fn measured_rates(dir: &std::path::Path) -> Vec<(String, String, f64, u64)> {
 fn config(policy: PolicyKind, dir: &std::path::Path, iterations: u64) -> RunConfig {
     RunConfig {
         round_s: 1.0,
+        // Most tests here look into the task directories after the run
+        // (which launches there were, what each checkpoint held).
+        keep_task_dirs: true,
         stop: StopPolicy::new(hadar_backend::Signal::Term, 5.0).expect("grace"),
         poll: Duration::from_millis(100),
         ..RunConfig::new(
@@ -629,6 +632,9 @@ async fn checkpoints_that_cannot_be_collected_stay_recorded_for_the_next_run() {
     );
     let mut cfg = config(PolicyKind::HADAR, dir.path(), 1);
     cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    // Cleaned up as by default: a task whose checkpoint was not collected
+    // must keep it (the resumed run collects it, nothing lost).
+    cfg.keep_task_dirs = false;
     let first = cfg.clone();
     let handle = std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -822,4 +828,107 @@ async fn copies_that_together_reach_the_total_are_stopped_then() {
         "held {held}: {:?}",
         state.jobs[0]
     );
+}
+
+/// The task directories under `dir` (a run's state), and those of them that
+/// still hold their log.
+fn task_dirs(dir: &std::path::Path) -> (Vec<String>, Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir.join("tasks")) else {
+        return (vec![], vec![]);
+    };
+    let all: Vec<std::path::PathBuf> = entries.map(|e| e.expect("entry").path()).collect();
+    let name = |p: &std::path::PathBuf| p.file_name().expect("name").to_string_lossy().into();
+    let logged = all
+        .iter()
+        .filter(|p| p.join("task.log").exists())
+        .map(name)
+        .collect();
+    (all.iter().map(name).collect(), logged)
+}
+
+/// Once a task has ended, its checkpoint is collected and the state saved,
+/// the runtime removes what it left on its node (`Backend::cleanup`: its
+/// directory); `keep_task_dirs` keeps it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_tasks_are_cleaned_up_unless_kept() {
+    for keep in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = config(PolicyKind::HADAR, dir.path(), 3000);
+        cfg.keep_task_dirs = keep;
+        let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+            .await
+            .expect("run");
+        for j in &report.jobs {
+            assert_eq!(j.state, "finished", "{j:?}");
+        }
+        let (dirs, logged) = task_dirs(dir.path());
+        if keep {
+            assert!(dirs.len() >= 4, "{dirs:?}");
+            assert_eq!(logged, dirs, "kept");
+        } else {
+            assert!(dirs.is_empty(), "left behind: {dirs:?}");
+        }
+    }
+}
+
+/// A task that failed keeps what it left (the warning points at its log),
+/// also where the others' go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_task_keeps_its_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 1);
+    cfg.keep_task_dirs = false;
+    cfg.jobs = parse_jobs(
+        "[[job]]\nname = \"crashing\"\ncommand = [\"/bin/sh\", \"-c\", \
+         \"echo starting; exit 2\"]\niterations = 5\n\
+         throughput = { v100 = 2.0, k80 = 1.0 }\n",
+        "jobs.toml",
+    )
+    .expect("jobs");
+    let err = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect_err("five tasks without a checkpoint stop the run");
+    assert!(
+        err.to_string().contains("without writing a checkpoint"),
+        "{err}"
+    );
+    let (dirs, logged) = task_dirs(dir.path());
+    assert!(dirs.len() >= 5, "{dirs:?}");
+    assert_eq!(logged, dirs, "every failed task's log stays");
+}
+
+/// A task that crashed after it wrote a checkpoint: its checkpoint is
+/// collected (the job resumes from it), and its directory stays for its
+/// log; the task that then finished the job leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_crashed_after_its_checkpoint_keeps_its_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = "if [ -f resume.safetensors ]; then echo whole > checkpoint.safetensors; \
+                  echo 'HADAR_PROGRESS {\"iterations\": 50}'; exit 0; fi; \
+                  echo half > checkpoint.safetensors; echo 'HADAR_PROGRESS {\"iterations\": 50}'; \
+                  echo 'out of memory'; exit 3";
+    let jobs = format!(
+        "[[job]]\nname = \"flaky\"\ncommand = [\"sh\", \"-c\", {script:?}]\niterations = 100\n\
+         throughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
+    );
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 100);
+    cfg.keep_task_dirs = false;
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    assert_eq!(report.jobs[0].state, "finished", "{:?}", report.jobs[0]);
+    let (dirs, logged) = task_dirs(dir.path());
+    assert_eq!(
+        dirs.len(),
+        1,
+        "the crashed task's directory alone: {dirs:?}"
+    );
+    assert_eq!(logged, dirs);
+    let log = std::fs::read_to_string(dir.path().join("tasks").join(&dirs[0]).join("task.log"))
+        .expect("log");
+    assert!(log.contains("out of memory"), "{log}");
+    let latest = std::fs::read_to_string(dir.path().join("jobs/0/latest.safetensors"))
+        .expect("the job's checkpoint");
+    assert_eq!(latest.trim(), "whole");
 }

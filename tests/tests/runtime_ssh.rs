@@ -130,6 +130,13 @@ async fn hadare_runs_six_jobs_over_ssh() {
         assert!(j.accuracy.expect("accuracy") >= 0.9, "{j:?}");
     }
     hadar_tests::assert_restarts_measured(&report);
+    // Every task ended and was collected: the nodes keep none of their
+    // directories (the runtime's cleanup, over SSH; the test hosts share
+    // this machine's filesystem, so they are looked for here).
+    let left: Vec<std::ffi::OsString> = std::fs::read_dir(remote.path().join("tasks"))
+        .map(|d| d.map(|e| e.expect("entry").file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left on the nodes: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +146,9 @@ async fn a_lost_node_s_jobs_finish_elsewhere() {
     // checkpoint must travel through the backend (SFTP) to be found.
     let remote = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::from_toml_str(CLUSTER, "cluster.toml").expect("cluster");
-    let config = run_config(cluster, PolicyKind::HADAR, dir.path(), remote.path());
+    let mut config = run_config(cluster, PolicyKind::HADAR, dir.path(), remote.path());
+    // The remote task directories are looked into after the run.
+    config.keep_task_dirs = true;
     let b: Arc<dyn Backend> = Arc::new(backend());
     // The run's future stays on one thread (it is not `Send`): a thread of
     // its own with a runtime of its own.

@@ -99,6 +99,9 @@ async fn hostile_names_are_found_by_token() {
     let mut s = spec(t, "hostile", vec!["sleep".into(), "30".into()], 1);
     s.job_name = "a|b\u{1f}c; rm -rf / $(id)\n".into();
     s.token = format!("tok|en\u{1f}'\"; `id`\n-{}", std::process::id());
+    // Its directory named for the token, as the runtime names it: cleanup
+    // removes it, hostile name and all.
+    s.workdir = t.workdir.join(&s.token);
     s.placement[0].gpu_types = vec!["v100".into(), "v100".into()];
     let task = b.launch(&s).await.expect("launch");
     let again = Arc::new(SlurmBackend::new(options(), vec![]));
@@ -109,6 +112,7 @@ async fn hostile_names_are_found_by_token() {
         .expect("found");
     assert_eq!(found.id, task.id);
     b.cleanup(&task).await.expect("cleanup");
+    assert!(!s.workdir.exists(), "its directory is left");
 }
 
 /// A node Slurm has but that is not usable says so at launch, and an

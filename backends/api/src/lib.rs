@@ -265,6 +265,52 @@ pub fn fetch_here(task: &TaskHandle, name: &str, local: &Path) -> Result<bool, B
     Ok(true)
 }
 
+/// A task's directory, checked to be one that `cleanup` may remove with
+/// everything in it: absolute, below a directory below the root, without
+/// `..`, and named for the task's token (a handle from a damaged or
+/// foreign state file must not name `/`, `/home` or another run's
+/// directory). The directory is the task's own: the runtime gives each
+/// launch one, named as its token (which holds the run's id), and the job
+/// protocol hands it to the task as `HADAR_CHECKPOINT_DIR`. States of
+/// versions before 0.1 named it `NAME` for the token `RUNID-NAME`: taken
+/// too.
+pub fn removable_task_dir(task: &TaskHandle) -> Result<&Path, BackendError> {
+    let dir = task.workdir.as_path();
+    let depth = dir
+        .components()
+        .filter(|c| matches!(c, std::path::Component::Normal(_)))
+        .count();
+    let odd = dir
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir));
+    let named = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| task.token == n || task.token.ends_with(&format!("-{n}")));
+    if !dir.is_absolute() || depth < 2 || odd || !named {
+        return Err(BackendError::Invalid(format!(
+            "{} is not task {}'s directory to remove (absolute, two levels deep at least, \
+             no `..`, named for the task's token)",
+            dir.display(),
+            task.token
+        )));
+    }
+    Ok(dir)
+}
+
+/// `cleanup`'s last step on a backend whose nodes share this machine's
+/// filesystem (local, Slurm): the task's directory removed with everything
+/// in it ([`removable_task_dir`]); one already gone is fine.
+pub fn remove_task_dir_here(task: &TaskHandle) -> Result<(), BackendError> {
+    let dir = removable_task_dir(task)?;
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(BackendError::io(task.node(), dir, e))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Where a task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskState {
@@ -428,7 +474,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         policy: &StopPolicy,
     ) -> Result<TaskStatus, BackendError>;
     /// Removes what the task left on its nodes (not the copies of its files
-    /// the runtime fetched).
+    /// the runtime fetched): a process still there is killed, its directory
+    /// removed with everything in it ([`removable_task_dir`]), its container
+    /// (if any) removed. The runtime calls it once the task has ended and its
+    /// checkpoint is collected (docs/backends.md).
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError>;
     /// Finds a live task by its token: `task` is the handle a launch would
     /// have returned, less its `id` (empty). The runtime records each launch
@@ -509,5 +558,48 @@ mod tests {
         assert_eq!(super::read_tail(&p, 5).expect("tail"), "boom\n");
         assert_eq!(super::read_tail(&p, 1000).expect("tail").len(), 28);
         assert!(super::read_tail(dir.path(), 5).is_err(), "a directory");
+    }
+
+    #[test]
+    fn only_a_task_directory_is_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token = "job0-round0-copy0-l1-hadar17x42";
+        let task_dir = dir.path().join("tasks").join(token);
+        std::fs::create_dir_all(task_dir.join(".hadar-launch-0")).expect("dirs");
+        std::fs::write(task_dir.join("checkpoint.safetensors"), "x").expect("write");
+        let handle = |workdir: &str, token: &str| super::TaskHandle {
+            id: "1".into(),
+            nodes: vec!["n".into()],
+            workdir: workdir.into(),
+            token: token.into(),
+        };
+        let task = handle(&task_dir.display().to_string(), token);
+        // Another run's token (a foreign or damaged state) names it not.
+        let other = handle(
+            &task_dir.display().to_string(),
+            "job0-round0-copy0-l1-hadar18x7",
+        );
+        assert!(super::remove_task_dir_here(&other).is_err());
+        assert!(task_dir.is_dir(), "removed for another token");
+        super::remove_task_dir_here(&task).expect("removed");
+        assert!(!task_dir.exists());
+        assert!(dir.path().join("tasks").is_dir(), "its parent stays");
+        super::remove_task_dir_here(&task).expect("already gone is fine");
+        // An earlier version's layout: directory NAME, token RUNID-NAME.
+        let old = dir.path().join("tasks").join("job1-round0-copy0-l1");
+        std::fs::create_dir_all(&old).expect("dir");
+        let old_task = handle(
+            &old.display().to_string(),
+            "hadar17x42-job1-round0-copy0-l1",
+        );
+        super::remove_task_dir_here(&old_task).expect("an earlier version's directory");
+        assert!(!old.exists());
+        let handle = |workdir: &str| handle(workdir, "home");
+        for odd in ["/", "/home", "relative/dir", "/tmp/x/../.."] {
+            assert!(
+                super::remove_task_dir_here(&handle(odd)).is_err(),
+                "{odd} was taken for a task's directory"
+            );
+        }
     }
 }

@@ -1365,7 +1365,21 @@ impl Backend for DockerBackend {
                 first_error.get_or_insert(e);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        // A node that shares this machine's files had the task's directory
+        // bind-mounted from here: it goes too, once its containers are gone
+        // (a file a container wrote as another user may refuse: an error,
+        // which the runtime says as a warning).
+        let here = task
+            .nodes
+            .iter()
+            .any(|n| self.nodes.get(n).is_some_and(|n| n.shared_fs));
+        if here {
+            hadar_backend::remove_task_dir_here(task)?;
+        }
+        Ok(())
     }
 
     /// Every rank of the task by its token, on every node of the handle.

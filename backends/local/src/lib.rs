@@ -53,8 +53,12 @@ fn build(_: &BackendInputs<'_>) -> hadar_model::Result<Arc<dyn Backend>> {
 /// Runs tasks as local processes.
 #[derive(Debug, Default)]
 pub struct LocalBackend {
-    /// Children started here, by pid: their exit codes can be collected.
-    children: Mutex<HashMap<u32, std::process::Child>>,
+    /// Children started here, by pid, with the token of their task: their
+    /// exit codes can be collected. A pid names an entry only with its
+    /// token: once a child is reaped, the kernel may give its pid to a
+    /// later task's rank, whose entry replaces it; the old task's handle
+    /// must not then see (or signal, or clean up) the new one.
+    children: Mutex<HashMap<u32, (String, std::process::Child)>>,
     /// Where the last read of each task's log stopped.
     reports: ReportReader,
 }
@@ -93,7 +97,12 @@ impl LocalBackend {
     /// Whether one rank still runs; its exit code when this process started it.
     fn pid_state(&self, pid: u32, token: &str) -> TaskState {
         let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(child) = children.get_mut(&pid) {
+        if let Some((of, child)) = children.get_mut(&pid) {
+            if of != token {
+                // The pid went to a later task of ours: this one's rank
+                // was reaped before, so it has exited.
+                return TaskState::Exited { code: None };
+            }
             return match child.try_wait() {
                 Ok(None) => TaskState::Running,
                 Ok(Some(status)) => TaskState::Exited {
@@ -173,7 +182,7 @@ impl LocalBackend {
         self.children
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(pid, child);
+            .insert(pid, (spec.token.clone(), child));
         Ok(pid)
     }
 }
@@ -351,19 +360,67 @@ impl Backend for LocalBackend {
         self.signal(task, NixSignal::SIGKILL as i32)?;
         let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
         for pid in pids(task)? {
-            children.remove(&pid);
+            if children.get(&pid).is_some_and(|(of, _)| *of == task.token) {
+                children.remove(&pid);
+            }
         }
         drop(children);
         for (rank, _) in rank_ids(task)?.iter().enumerate() {
-            let log = task.workdir.join(log_name(rank as u32));
-            self.reports.forget(&log);
-            match std::fs::remove_file(&log) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(BackendError::io(task.node(), &log, e))
-                }
-                _ => {}
-            }
+            self.reports
+                .forget(&task.workdir.join(log_name(rank as u32)));
         }
-        Ok(())
+        hadar_backend::remove_task_dir_here(task)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel gives a reaped rank's pid to a later task's rank: the
+    /// old task's handle sees it exited, and its cleanup neither kills the
+    /// new rank nor forgets it.
+    #[tokio::test]
+    async fn a_pid_given_to_a_later_task_is_not_the_old_task_s() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old_dir = dir.path().join("tasks").join("old-token");
+        std::fs::create_dir_all(&old_dir).expect("dir");
+        let b = LocalBackend::new();
+        let mut gone = std::process::Command::new("true").spawn().expect("true");
+        gone.wait().expect("wait");
+        let pid = gone.id();
+        // What a reuse looks like here: a later task's child under the pid.
+        let later = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let later_pid = later.id();
+        b.children
+            .lock()
+            .expect("lock")
+            .insert(pid, ("new-token".into(), later));
+        let old = TaskHandle {
+            id: pid.to_string(),
+            nodes: vec!["local".into()],
+            workdir: old_dir.clone(),
+            token: "old-token".into(),
+        };
+        assert_eq!(
+            b.pid_state(pid, "old-token"),
+            TaskState::Exited { code: None }
+        );
+        assert_eq!(b.pid_state(pid, "new-token"), TaskState::Running);
+        b.cleanup(&old).await.expect("cleanup");
+        assert!(!old_dir.exists(), "the old task's directory stays");
+        assert_eq!(
+            b.pid_state(pid, "new-token"),
+            TaskState::Running,
+            "the later task's rank was forgotten or killed"
+        );
+        let (_, mut later) = b.children.lock().expect("lock").remove(&pid).expect("kept");
+        assert_eq!(later.try_wait().expect("try_wait"), None, "killed");
+        assert_eq!(later.id(), later_pid);
+        later.kill().expect("kill");
+        let _ = later.wait();
     }
 }

@@ -1329,16 +1329,8 @@ impl Backend for SlurmBackend {
             }
         }
         self.reports.forget(&task.workdir.join(LOG_FILE));
-        for rank in 0..steps.len() {
-            let log = task.workdir.join(log_name(rank as u32));
-            match std::fs::remove_file(&log) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(BackendError::io(task.node(), &log, e))
-                }
-                _ => {}
-            }
-        }
-        Ok(())
+        // The nodes share this machine's filesystem: the directory goes here.
+        hadar_backend::remove_task_dir_here(task)
     }
 }
 

@@ -17,7 +17,7 @@
 //! * One SSH session per host is kept and reused; a session that fails is
 //!   reopened once before the host counts as unreachable.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -559,17 +559,21 @@ impl Inner {
         self.exec(&p.node, &cmd).map(|_| ())
     }
 
-    /// Kills one rank (if it is ours and alive) and removes its log and
-    /// exit file.
-    fn cleanup_blocking(&self, task: &TaskHandle, p: &RankProc) -> Result<(), BackendError> {
-        self.kill_blocking(task, p)?;
-        let dir = q(&task.workdir.display().to_string())?;
-        let cmd = format!(
-            "rm -f {dir}/{} {dir}/{exit} {dir}/{exit}.new; true",
-            log_name(p.rank),
-            exit = exit_file(p.rank)
-        );
-        self.exec(&p.node, &cmd).map(|_| ())
+    /// Removes the task's directory on `node`, with everything in it
+    /// (logs, exit files, launch markers, checkpoints); one already gone is
+    /// fine.
+    fn remove_dir_blocking(&self, task: &TaskHandle, node: &str) -> Result<(), BackendError> {
+        let dir = hadar_backend::removable_task_dir(task)?;
+        let cmd = format!("rm -rf -- {}", q(&dir.display().to_string())?);
+        let (code, out) = self.exec(node, &cmd)?;
+        if code != 0 {
+            return Err(BackendError::Refused {
+                node: node.to_string(),
+                operation: format!("remove {}", dir.display()),
+                message: out.trim().to_string(),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -909,9 +913,16 @@ impl Backend for SshBackend {
     }
 
     async fn cleanup(&self, task: &TaskHandle) -> Result<(), BackendError> {
-        self.each_rank(task, Inner::cleanup_blocking)
-            .await
-            .map(|_| ())
+        // Every rank killed first: a rank still alive would write into the
+        // directory being removed.
+        self.each_rank(task, Inner::kill_blocking).await?;
+        let nodes: BTreeSet<String> = procs(task)?.into_iter().map(|p| p.node).collect();
+        for node in nodes {
+            let task = task.clone();
+            self.run(move |b| b.remove_dir_blocking(&task, &node))
+                .await?;
+        }
+        Ok(())
     }
 }
 

@@ -92,6 +92,12 @@ pub struct RunArgs {
     /// files aside (to DIR.old-<time>) instead of resuming it.
     #[arg(long)]
     pub fresh: bool,
+    /// Keep what each task left on its nodes (its directory, a Docker
+    /// task's containers until the run ends) after it ended and its
+    /// checkpoint was collected, for a look at its files; by default it is
+    /// removed then (a failed task's stays either way, for its log).
+    #[arg(long)]
+    pub keep_task_dirs: bool,
     /// Optimism for rates neither given nor measured yet: the scheduler sees
     /// them this much faster (1.0: twice), so that a job is tried where it
     /// might be faster. Rates the jobs file gives are planned with as given
@@ -323,6 +329,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     };
     config.exploration_bonus = args.exploration_bonus;
     config.layers.faults = args.inject_faults;
+    config.keep_task_dirs = args.keep_task_dirs;
     // Warnings are said as they happen; the report's list repeats only
     // those not said yet, and not those of the runs before a resume.
     let earlier: HashSet<String> = load_state(&args.state)
