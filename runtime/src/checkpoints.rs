@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::state::{copy_atomic, io, rename_durably};
+use crate::state::{copy_atomic, create_dir_durably, io, rename_durably};
 use crate::RunError;
 
 /// The job's latest checkpoint (what its next task resumes from).
@@ -22,8 +22,25 @@ pub(crate) fn incoming(dir: &Path) -> Result<PathBuf, RunError> {
     Ok(incoming)
 }
 
+/// What [`install`] made of a job's fetched checkpoints.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Installed {
+    /// The iterations they add.
+    pub(crate) iterations: u64,
+    /// The copies left out for NaN or infinite values (as fetched; moved to
+    /// `checkpoints/diverged/`): their tasks failed.
+    pub(crate) diverged: Vec<PathBuf>,
+}
+
+impl Installed {
+    /// Whether a checkpoint was taken (some copy did not diverge).
+    pub(crate) fn took_any(&self, fetched: usize) -> bool {
+        fetched > self.diverged.len()
+    }
+}
+
 /// Makes `files` (fetched checkpoints with the iterations each task did)
-/// the job's latest; returns the iterations they add. `base` is the step
+/// the job's latest, on disk (synced) when it returns. `base` is the step
 /// of the checkpoint the tasks resumed from (0 for a job's first; `None`:
 /// unknown): a merge of copies records `base` plus the iterations it adds
 /// as its `step`, where the job stands (the merge itself takes integer
@@ -33,22 +50,23 @@ pub(crate) fn install(
     job: u32,
     files: &[(PathBuf, u64)],
     base: Option<u64>,
-) -> Result<u64, RunError> {
+) -> Result<Installed, RunError> {
+    let mut done = Installed::default();
     if files.is_empty() {
-        return Ok(0);
+        return Ok(done);
     }
     let out = latest(dir, job);
     if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        create_dir_durably(parent)?;
     }
     let mut files = files.to_vec();
-    let mut dropped = false;
     loop {
         if files.is_empty() {
             // Every copy diverged: the job keeps its last checkpoint.
             tracing::warn!("job {job}: every copy holds NaN or infinite values: none kept");
-            return Ok(0);
+            return Ok(done);
         }
+        let dropped = !done.diverged.is_empty();
         // One copy is taken as it is, unless a diverged one was just left
         // out: then it is checked too (a merge of one).
         let zero = files.iter().all(|(_, it)| *it == 0);
@@ -63,13 +81,16 @@ pub(crate) fn install(
             // values would spread into the average; the others are kept,
             // and its iterations count as lost.
             Err(hadar_checkpoint::MergeError::NonFinite { path, name }) => {
+                // (Moved out of the macro: tracing skips its arguments when
+                // no one listens.)
+                let kept = set_aside(dir, &path);
                 tracing::warn!(
                     "job {job}: the copy {} holds NaN or infinite values (tensor {name}): \
                      merged without it",
-                    path.display()
+                    kept.display()
                 );
                 files.retain(|(p, _)| *p != path);
-                dropped = true;
+                done.diverged.push(path);
             }
             other => {
                 other?;
@@ -85,5 +106,80 @@ pub(crate) fn install(
             }
         }
     }
-    Ok(files.iter().map(|(_, it)| it).sum())
+    done.iterations = files.iter().map(|(_, it)| it).sum();
+    Ok(done)
+}
+
+/// Moves a diverged copy's fetched checkpoint to `checkpoints/diverged/`,
+/// for a look: the fetched copies left in `checkpoints/` are removed once
+/// their job's checkpoint is installed, and the task's directory with them.
+/// Returns where it is now (where it was, if it could not be moved).
+fn set_aside(dir: &Path, path: &Path) -> PathBuf {
+    let aside = dir.join("checkpoints").join("diverged");
+    let to = aside.join(path.file_name().unwrap_or_default());
+    match std::fs::create_dir_all(&aside).and_then(|()| std::fs::rename(path, &to)) {
+        Ok(()) => to,
+        Err(_) => path.to_path_buf(),
+    }
+}
+
+/// Removes fetched checkpoints once they are installed (or not wanted):
+/// each task's would otherwise stay in the state directory, one model a
+/// task. Best effort: one left behind is a file, not a fault.
+pub(crate) fn remove_fetched(files: &[(PathBuf, u64)]) {
+    for (path, _) in files {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!("removing the fetched checkpoint {}: {e}", path.display());
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A safetensors file of one f32 tensor `w`.
+    fn write(path: &Path, values: &[f32]) {
+        let header = format!(
+            r#"{{"w":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{}]}}}}"#,
+            values.len(),
+            values.len() * 4
+        );
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header.as_bytes());
+        bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        std::fs::write(path, bytes).expect("write");
+    }
+
+    /// Copies merged: the job's latest holds them; a diverged copy is set
+    /// aside for a look (not removed with the others' fetched files).
+    #[test]
+    fn a_diverged_copy_is_set_aside_and_the_others_removed_once_installed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let into = incoming(dir.path()).expect("incoming");
+        let files: Vec<(PathBuf, u64)> = ["a", "b", "nan"]
+            .iter()
+            .map(|n| (into.join(format!("{n}.safetensors")), 10))
+            .collect();
+        write(&files[0].0, &[1.0, 2.0]);
+        write(&files[1].0, &[3.0, 4.0]);
+        write(&files[2].0, &[f32::NAN, 0.0]);
+        let done = install(dir.path(), 0, &files, Some(0)).expect("install");
+        assert_eq!(done.iterations, 20);
+        assert_eq!(done.diverged, [files[2].0.clone()]);
+        assert!(done.took_any(3));
+        assert!(latest(dir.path(), 0).is_file());
+        let aside = into.join("diverged").join("nan.safetensors");
+        assert!(aside.is_file(), "the diverged copy is kept");
+        remove_fetched(&files);
+        let left: Vec<_> = std::fs::read_dir(&into)
+            .expect("read")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(left, ["diverged"], "fetched copies left");
+        assert!(aside.is_file(), "the diverged copy went with them");
+    }
 }

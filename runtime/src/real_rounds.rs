@@ -26,18 +26,18 @@ use hadar_core::report::{RoundReport, TaskReport};
 use hadar_core::state::JobsState;
 use hadar_core::state::LoopState;
 
-use crate::checkpoints::{incoming, install, latest};
+use crate::checkpoints::{incoming, install, latest, remove_fetched};
 use crate::jobs::RunJob;
 use crate::parallel::{each as concurrently, fetch_checkpoints, launch_all, stop_each};
 use crate::state::{save_state, JobProgress, RunState, Running};
 use crate::{hang_limit, unix_now, Event, RunConfig, RunError};
 
-/// The checkpoints fetched of ended tasks, by job, with their credit; the
-/// tasks (by token) whose own checkpoint was fetched; the jobs with a fetch
-/// that failed, and the first error.
+/// The checkpoints fetched of ended tasks, by job, with their credit; where
+/// each task's own checkpoint was fetched to (by token); the jobs with a
+/// fetch that failed, and the first error.
 struct Fetched {
     files: BTreeMap<u32, Vec<(std::path::PathBuf, u64)>>,
-    tokens: HashSet<String>,
+    tokens: HashMap<String, std::path::PathBuf>,
     unfetched: HashSet<u32>,
     failed: Option<RunError>,
 }
@@ -325,6 +325,7 @@ impl RealRounds<'_> {
                     // other: its metrics too (they may be the job's only
                     // ones, where no poll saw a report before the stop).
                     absorb(&mut r, &mut self.state.jobs, &status, ledger, now);
+                    self.failed_at_stop(&mut r, &status, ledger);
                     ledger.ended.entry((r.job, r.copy)).or_insert(now);
                     stopped.push(r);
                 }
@@ -342,6 +343,32 @@ impl RealRounds<'_> {
             }
         }
         (stopped, failed)
+    }
+
+    /// Marks a task whose stop found it failed (exited with an error before
+    /// its job was done, or a gang with a failed rank: between the last
+    /// poll and the stop), and says so: its directory stays, for its log,
+    /// as a failure a poll sees. (One ended by the stop's signal, or killed
+    /// after its grace, has no error of its own to look into.)
+    fn failed_at_stop(&self, r: &mut Running, status: &TaskStatus, ledger: &mut Ledger) {
+        if r.failed {
+            // (A poll saw it fail and said so: stopped for that.)
+            return;
+        }
+        let how = match status.state {
+            TaskState::Exited { code: Some(c) } if c != 0 && !status.finished() => {
+                format!("exited with status {c}")
+            }
+            TaskState::Broken { rank, .. } => format!("had its rank {rank} fail"),
+            _ => return,
+        };
+        r.failed = true;
+        ledger.warnings.push(format!(
+            "job {} copy {}: its task {how} when it was stopped; its log: {}",
+            self.config.jobs[r.job as usize].name,
+            r.copy,
+            crate::logs::place(&r.handle)
+        ));
     }
 
     /// [`Self::bank`] for tasks that were running: those whose checkpoints
@@ -390,7 +417,8 @@ impl RealRounds<'_> {
                 // Copies stopped after their job finished: its model is the
                 // one that reached the total; theirs, behind it, would
                 // replace it.
-                self.clean_up_later(tasks, &tokens);
+                remove_fetched(&got);
+                self.clean_up_later(tasks, &tokens, &[]);
                 continue;
             }
             let installed = if unfetched.contains(job) {
@@ -406,12 +434,18 @@ impl RealRounds<'_> {
                     .map_err(|e| failed.get_or_insert(e))
                     .ok()
             };
-            let Some(banked) = installed else {
+            let Some(done) = installed else {
                 ledger.uncollected.extend(tasks.iter().cloned());
                 continue;
             };
-            self.credit(*job, tasks, banked, !got.is_empty(), ledger, &mut failed);
-            self.clean_up_later(tasks, &tokens);
+            // (Copies that all diverged count as no checkpoint: a job that
+            // keeps diverging stops the run, as one that writes none does.)
+            let took = done.took_any(got.len());
+            self.credit(*job, tasks, done.iterations, took, ledger, &mut failed);
+            // (Installed, synced: the job's latest holds what they held; a
+            // diverged copy was moved aside.)
+            remove_fetched(&got);
+            self.clean_up_later(tasks, &tokens, &done.diverged);
         }
         failed.map_or(Ok(()), Err)
     }
@@ -419,20 +453,34 @@ impl RealRounds<'_> {
     /// Queues for removal ([`Self::clean_up_banked`]) what `tasks`, just
     /// banked, left on their nodes: only a task whose own checkpoint was
     /// fetched (`fetched`, by token: the job's latest now holds it, synced
-    /// to disk) and that did not fail (its log is looked at), unless the
-    /// run keeps them ([`RunConfig::keep_task_dirs`]). A task that left no
+    /// to disk) and not left out as diverged, that did not fail (its log is
+    /// looked at), and whose directory is named for its token (one of an
+    /// earlier version's layout may be another run's too), unless the run
+    /// keeps them ([`RunConfig::keep_task_dirs`]). A task that left no
     /// checkpoint keeps its directory (the job's error may name it), and a
     /// handle without an id (a launch recorded before it was made, found
     /// ended after a restart) names nothing a backend could remove.
-    fn clean_up_later(&mut self, tasks: &[Running], fetched: &HashSet<String>) {
+    fn clean_up_later(
+        &mut self,
+        tasks: &[Running],
+        fetched: &HashMap<String, std::path::PathBuf>,
+        diverged: &[std::path::PathBuf],
+    ) {
         if self.config.keep_task_dirs {
             return;
         }
+        let own_dir = |r: &Running| {
+            r.handle.workdir.file_name().and_then(|n| n.to_str()) == Some(r.handle.token.as_str())
+        };
         self.to_clean.extend(
             tasks
                 .iter()
-                .filter(|r| !r.failed && !r.handle.id.is_empty())
-                .filter(|r| fetched.contains(&r.handle.token))
+                .filter(|r| !r.failed && !r.handle.id.is_empty() && own_dir(r))
+                .filter(|r| {
+                    fetched
+                        .get(&r.handle.token)
+                        .is_some_and(|p| !diverged.contains(p))
+                })
                 .map(|r| r.handle.clone()),
         );
     }
@@ -482,14 +530,14 @@ impl RealRounds<'_> {
         let fetched = fetch_checkpoints(&self.backend, handles, into).await;
         let mut out = Fetched {
             files: BTreeMap::new(),
-            tokens: HashSet::new(),
+            tokens: HashMap::new(),
             unfetched: HashSet::new(),
             failed: None,
         };
         for (r, f) in tasks.iter().zip(fetched) {
             match f {
                 Ok(Some(path)) => {
-                    out.tokens.insert(r.handle.token.clone());
+                    out.tokens.insert(r.handle.token.clone(), path.clone());
                     let credit = credited(&path, r);
                     out.files.entry(r.job).or_default().push((path, credit));
                 }
@@ -1515,7 +1563,7 @@ impl RealRounds<'_> {
         }
         let switched = self.now() - switch_from;
         self.state.switches.add(switched.max(0.0));
-        self.persist_and_clean_up().await?;
+        self.persist()?;
         (self.on_event)(Event::Round {
             round: plan.index,
             tasks: self.state.running.len(),
@@ -1541,7 +1589,14 @@ impl RealRounds<'_> {
                 break;
             }
         }
-        Ok(self.report(plan, jobs, ledger))
+        let report = self.report(plan, jobs, ledger);
+        // What the round's tasks left goes now, past the report's time: not
+        // after the launches, where it would hold up the first poll and be
+        // booked as the new tasks' restart.
+        if !self.to_clean.is_empty() {
+            self.persist_and_clean_up().await?;
+        }
+        Ok(report)
     }
 }
 /// Seconds a task of (job, copy) ran in the round from `start` to `now`:

@@ -421,6 +421,26 @@ pub(crate) fn rename_durably(from: &Path, to: &Path) -> Result<(), RunError> {
     }
 }
 
+/// Creates directory `dir` (and those above it), each new one's name
+/// synced in its parent: a checkpoint renamed durably into it is then
+/// found after a power cut.
+pub(crate) fn create_dir_durably(dir: &Path) -> Result<(), RunError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_durably(parent)?;
+        std::fs::create_dir(dir)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Ok(()),
+                _ => Err(e),
+            })
+            .map_err(|e| io(dir, e))?;
+        return sync_file(parent);
+    }
+    std::fs::create_dir(dir).map_err(|e| io(dir, e))
+}
+
 /// Syncs a file's (or a directory's) data and metadata to disk.
 fn sync_file(path: &Path) -> Result<(), RunError> {
     std::fs::File::open(path)

@@ -187,9 +187,10 @@ pub fn spec(t: &Target, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
         }],
         argv,
         env: vec![],
-        // Named as the runtime names a task's directory: its token.
+        // Named as the runtime names a task's directory: `tasks/<token>`.
         workdir: t
             .workdir
+            .join("tasks")
             .join(format!("conformance-{name}-{}", std::process::id())),
         inputs: vec![],
         total_iterations: total,

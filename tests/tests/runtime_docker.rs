@@ -202,10 +202,7 @@ async fn a_killed_dockerd_s_jobs_finish_elsewhere() {
         state.loop_state.expect("the loop's state").gone,
         vec!["d2".to_string()]
     );
-    let fetched = std::fs::read_dir(dir.path().join("checkpoints"))
-        .expect("fetched")
-        .count();
-    assert!(fetched > 0, "checkpoints were fetched");
+    hadar_tests::assert_checkpoints_installed(dir.path(), report.jobs.len());
     assert_eq!(
         left_over(dir.path(), &URLS[..2]),
         0,

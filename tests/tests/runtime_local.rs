@@ -861,6 +861,7 @@ async fn ended_tasks_are_cleaned_up_unless_kept() {
         for j in &report.jobs {
             assert_eq!(j.state, "finished", "{j:?}");
         }
+        hadar_tests::assert_checkpoints_installed(dir.path(), report.jobs.len());
         let (dirs, logged) = task_dirs(dir.path());
         if keep {
             assert!(dirs.len() >= 4, "{dirs:?}");
@@ -931,4 +932,44 @@ async fn a_task_that_crashed_after_its_checkpoint_keeps_its_directory() {
     let latest = std::fs::read_to_string(dir.path().join("jobs/0/latest.safetensors"))
         .expect("the job's checkpoint");
     assert_eq!(latest.trim(), "whole");
+}
+
+/// A task that fails as it is stopped (between the last poll and a round's
+/// switch): said, and its directory kept for its log, as a failure a poll
+/// sees; the resumed task that ends cleanly leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_fails_at_its_stop_keeps_its_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Silent until stopped; then half the work in a checkpoint, and an
+    // error exit unless it resumed.
+    let script = "trap 'code=3; [ -f resume.safetensors ] && code=0; \
+                  echo half > checkpoint.safetensors; \
+                  echo \"HADAR_PROGRESS {\\\"iterations\\\": 50}\"; echo failing; exit $code' TERM; \
+                  while :; do sleep 0.05; done";
+    let jobs = format!(
+        "[[job]]\nname = \"stopped\"\ncommand = [\"sh\", \"-c\", {script:?}]\niterations = 100\n\
+         throughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
+    );
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 100);
+    cfg.keep_task_dirs = false;
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    cfg.custom_scheduler = Some(CustomScheduler(Arc::new(|_| Ok(Box::new(Alternate(0))))));
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    assert_eq!(report.jobs[0].state, "finished", "{:?}", report.jobs[0]);
+    assert!(
+        report
+            .result
+            .summary
+            .warnings
+            .iter()
+            .any(|w| w.contains("exited with status 3 when it was stopped")),
+        "{:?}",
+        report.result.summary.warnings
+    );
+    let (dirs, logged) = task_dirs(dir.path());
+    assert_eq!(dirs.len(), 1, "the failed task's directory alone: {dirs:?}");
+    assert_eq!(logged, dirs);
+    assert!(dirs[0].contains("-l1-"), "the first launch's: {dirs:?}");
 }

@@ -171,10 +171,7 @@ async fn a_lost_node_s_jobs_finish_elsewhere() {
         vec!["h2".to_string()]
     );
     // Checkpoints came back over SFTP and went out again to resume from.
-    let fetched = std::fs::read_dir(dir.path().join("checkpoints"))
-        .expect("fetched")
-        .count();
-    assert!(fetched > 0, "checkpoints were fetched");
+    hadar_tests::assert_checkpoints_installed(dir.path(), report.jobs.len());
     let resumed = std::fs::read_dir(remote.path().join("tasks"))
         .expect("remote tasks")
         .filter(|e| {

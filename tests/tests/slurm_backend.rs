@@ -101,7 +101,7 @@ async fn hostile_names_are_found_by_token() {
     s.token = format!("tok|en\u{1f}'\"; `id`\n-{}", std::process::id());
     // Its directory named for the token, as the runtime names it: cleanup
     // removes it, hostile name and all.
-    s.workdir = t.workdir.join(&s.token);
+    s.workdir = t.workdir.join("tasks").join(&s.token);
     s.placement[0].gpu_types = vec!["v100".into(), "v100".into()];
     let task = b.launch(&s).await.expect("launch");
     let again = Arc::new(SlurmBackend::new(options(), vec![]));

@@ -266,14 +266,14 @@ pub fn fetch_here(task: &TaskHandle, name: &str, local: &Path) -> Result<bool, B
 }
 
 /// A task's directory, checked to be one that `cleanup` may remove with
-/// everything in it: absolute, below a directory below the root, without
-/// `..`, and named for the task's token (a handle from a damaged or
-/// foreign state file must not name `/`, `/home` or another run's
+/// everything in it: absolute, without `..`, named for the task's token and
+/// standing in a directory named `tasks` (a handle from a damaged or
+/// foreign state file must not name `/`, `/home/alice` or another run's
 /// directory). The directory is the task's own: the runtime gives each
-/// launch one, named as its token (which holds the run's id), and the job
-/// protocol hands it to the task as `HADAR_CHECKPOINT_DIR`. States of
-/// versions before 0.1 named it `NAME` for the token `RUNID-NAME`: taken
-/// too.
+/// launch one, `<root>/tasks/<token>` (the token holds the run's id), and
+/// the job protocol hands it to the task as `HADAR_CHECKPOINT_DIR`. (An
+/// earlier version named it without the run's id, so that two runs sharing
+/// a root shared names: those are refused.)
 pub fn removable_task_dir(task: &TaskHandle) -> Result<&Path, BackendError> {
     let dir = task.workdir.as_path();
     let depth = dir
@@ -283,14 +283,15 @@ pub fn removable_task_dir(task: &TaskHandle) -> Result<&Path, BackendError> {
     let odd = dir
         .components()
         .any(|c| matches!(c, std::path::Component::ParentDir));
-    let named = dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| task.token == n || task.token.ends_with(&format!("-{n}")));
-    if !dir.is_absolute() || depth < 2 || odd || !named {
+    let named = dir.file_name().and_then(|n| n.to_str()) == Some(task.token.as_str());
+    let in_tasks = dir
+        .parent()
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n == "tasks");
+    if !dir.is_absolute() || depth < 2 || odd || !named || !in_tasks {
         return Err(BackendError::Invalid(format!(
-            "{} is not task {}'s directory to remove (absolute, two levels deep at least, \
-             no `..`, named for the task's token)",
+            "{} is not task {}'s directory to remove (absolute, no `..`, named for the \
+             task's token, in a directory `tasks`)",
             dir.display(),
             task.token
         )));
@@ -585,15 +586,27 @@ mod tests {
         assert!(!task_dir.exists());
         assert!(dir.path().join("tasks").is_dir(), "its parent stays");
         super::remove_task_dir_here(&task).expect("already gone is fine");
-        // An earlier version's layout: directory NAME, token RUNID-NAME.
-        let old = dir.path().join("tasks").join("job1-round0-copy0-l1");
-        std::fs::create_dir_all(&old).expect("dir");
-        let old_task = handle(
-            &old.display().to_string(),
-            "hadar17x42-job1-round0-copy0-l1",
-        );
-        super::remove_task_dir_here(&old_task).expect("an earlier version's directory");
-        assert!(!old.exists());
+        // An earlier version's layout (directory NAME, token RUNID-NAME,
+        // the name shared by runs with one root), a suffix of the token, a
+        // directory not in `tasks`: refused.
+        for (name, token, parent) in [
+            (
+                "job1-round0-copy0-l1",
+                "hadar17x42-job1-round0-copy0-l1",
+                "tasks",
+            ),
+            ("hadar17x42", "job0-round0-copy0-l1-hadar17x42", "tasks"),
+            ("alice", "alice", "home"),
+        ] {
+            let d = dir.path().join(parent).join(name);
+            std::fs::create_dir_all(&d).expect("dir");
+            let t = handle(&d.display().to_string(), token);
+            assert!(
+                super::remove_task_dir_here(&t).is_err(),
+                "{name} for {token}"
+            );
+            assert!(d.is_dir(), "{name} removed");
+        }
         let handle = |workdir: &str| handle(workdir, "home");
         for odd in ["/", "/home", "relative/dir", "/tmp/x/../.."] {
             assert!(
