@@ -83,7 +83,7 @@ pub(crate) fn install(
             Err(hadar_checkpoint::MergeError::NonFinite { path, name }) => {
                 // (Moved out of the macro: tracing skips its arguments when
                 // no one listens.)
-                let kept = set_aside(dir, &path);
+                let kept = set_aside(dir, job, &path);
                 tracing::warn!(
                     "job {job}: the copy {} holds NaN or infinite values (tensor {name}): \
                      merged without it",
@@ -110,13 +110,15 @@ pub(crate) fn install(
     Ok(done)
 }
 
-/// Moves a diverged copy's fetched checkpoint to `checkpoints/diverged/`,
-/// for a look: the fetched copies left in `checkpoints/` are removed once
-/// their job's checkpoint is installed, and the task's directory with them.
-/// Returns where it is now (where it was, if it could not be moved).
-fn set_aside(dir: &Path, path: &Path) -> PathBuf {
+/// Moves a diverged copy's fetched checkpoint to
+/// `checkpoints/diverged/<job>.safetensors`, for a look (the job's last
+/// one: a copy that keeps diverging does not fill the disk); the fetched
+/// copies left in `checkpoints/` are removed once their job's checkpoint is
+/// installed. Returns where it is now (where it was, if it could not be
+/// moved: then it stays there).
+fn set_aside(dir: &Path, job: u32, path: &Path) -> PathBuf {
     let aside = dir.join("checkpoints").join("diverged");
-    let to = aside.join(path.file_name().unwrap_or_default());
+    let to = aside.join(format!("{job}.safetensors"));
     match std::fs::create_dir_all(&aside).and_then(|()| std::fs::rename(path, &to)) {
         Ok(()) => to,
         Err(_) => path.to_path_buf(),
@@ -172,9 +174,9 @@ mod tests {
         assert_eq!(done.diverged, [files[2].0.clone()]);
         assert!(done.took_any(3));
         assert!(latest(dir.path(), 0).is_file());
-        let aside = into.join("diverged").join("nan.safetensors");
+        let aside = into.join("diverged").join("0.safetensors");
         assert!(aside.is_file(), "the diverged copy is kept");
-        remove_fetched(&files);
+        remove_fetched(&files[..2]);
         let left: Vec<_> = std::fs::read_dir(&into)
             .expect("read")
             .map(|e| e.expect("entry").file_name())

@@ -153,8 +153,9 @@ pub enum RunError {
         pid: String,
     },
     /// A job's tasks keep ending without a checkpoint.
-    #[error("job {job}: {times} of its tasks in a row ended without writing a checkpoint (the \
-             last in {dir}; its log is there): {}", no_checkpoint_why(*hung, *times, last.as_deref()))]
+    #[error("job {job}: {times} of its tasks in a row ended without writing a checkpoint that \
+             could be kept (none, or only copies with NaN or infinite values; the last in \
+             {dir}; its log is there): {}", no_checkpoint_why(*hung, *times, last.as_deref()))]
     NoCheckpoint {
         /// The job.
         job: String,

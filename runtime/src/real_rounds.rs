@@ -356,7 +356,11 @@ impl RealRounds<'_> {
             return;
         }
         let how = match status.state {
-            TaskState::Exited { code: Some(c) } if c != 0 && !status.finished() => {
+            // (128 + N: a shell's word for "ended by signal N", the stop's
+            // own signal as a wrapper or the SSH backend tells it.)
+            TaskState::Exited { code: Some(c) }
+                if c != 0 && !(129..=192).contains(&c) && !status.finished() =>
+            {
                 format!("exited with status {c}")
             }
             TaskState::Broken { rank, .. } => format!("had its rank {rank} fail"),
@@ -442,9 +446,15 @@ impl RealRounds<'_> {
             // keeps diverging stops the run, as one that writes none does.)
             let took = done.took_any(got.len());
             self.credit(*job, tasks, done.iterations, took, ledger, &mut failed);
-            // (Installed, synced: the job's latest holds what they held; a
-            // diverged copy was moved aside.)
-            remove_fetched(&got);
+            // (Installed, synced: the job's latest holds what they held. A
+            // diverged copy stays: moved aside, or where it was if that
+            // failed.)
+            let taken: Vec<_> = got
+                .iter()
+                .filter(|(p, _)| !done.diverged.contains(p))
+                .cloned()
+                .collect();
+            remove_fetched(&taken);
             self.clean_up_later(tasks, &tokens, &done.diverged);
         }
         failed.map_or(Ok(()), Err)
@@ -1308,6 +1318,14 @@ fn credited(path: &std::path::Path, r: &Running) -> u64 {
     }
 }
 
+/// Says the warnings of a ledger no round report carries (a restart's, a
+/// halt's, the run's end), in the log.
+fn say_warnings(ledger: Ledger) {
+    for w in ledger.warnings {
+        tracing::warn!("{w}");
+    }
+}
+
 /// The GPUs' type, if they have one type.
 fn single_type(cluster: &Cluster, gpus: &[GpuId]) -> Option<hadar_core::cluster::GpuTypeId> {
     let first = gpus.first().map(|&g| cluster.gpu(g).gpu_type)?;
@@ -1387,7 +1405,10 @@ impl RealRounds<'_> {
                 tasks = left.len(),
                 "every job is done but tasks are still recorded: stopping them"
             );
-            self.finish_tasks(left, &mut Ledger::default()).await?;
+            let mut ledger = Ledger::default();
+            let finished = self.finish_tasks(left, &mut ledger).await;
+            say_warnings(ledger);
+            finished?;
         }
         // The last rounds' ended tasks go too.
         self.persist_and_clean_up().await
@@ -1466,9 +1487,7 @@ impl RealRounds<'_> {
         // Not collected: they stay write-ahead entries (their handles have
         // no id to ask a status of), for the next look to find and collect.
         kept.append(&mut ledger.uncollected);
-        for w in ledger.warnings {
-            tracing::warn!("{w}");
-        }
+        say_warnings(ledger);
         self.state.launching = kept;
         self.persist_and_clean_up().await
     }
@@ -1495,6 +1514,7 @@ impl RealRounds<'_> {
         let mut ledger = Ledger::default();
         let all: Vec<String> = tasks.iter().map(name).collect();
         let collected = self.finish_tasks(tasks, &mut ledger).await;
+        say_warnings(ledger);
         let left: Vec<String> = self.state.running.iter().map(name).collect();
         let saved = self.persist_and_clean_up().await;
         let stopped: Vec<&String> = all.iter().filter(|t| !left.contains(t)).collect();
@@ -1592,9 +1612,12 @@ impl RealRounds<'_> {
         let report = self.report(plan, jobs, ledger);
         // What the round's tasks left goes now, past the report's time: not
         // after the launches, where it would hold up the first poll and be
-        // booked as the new tasks' restart.
+        // booked as the new tasks' restart. A failed save keeps the queue
+        // (nothing is removed) and the report: the loop's own save follows.
         if !self.to_clean.is_empty() {
-            self.persist_and_clean_up().await?;
+            if let Err(e) = self.persist_and_clean_up().await {
+                tracing::warn!("saving the state before removing ended tasks' files: {e}");
+            }
         }
         Ok(report)
     }
