@@ -154,8 +154,8 @@ pub enum RunError {
     },
     /// A job's tasks keep ending without a checkpoint.
     #[error("job {job}: {times} of its tasks in a row ended without writing a checkpoint that \
-             could be kept (none, or only copies with NaN or infinite values; the last in \
-             {dir}; its log is there): {}", no_checkpoint_why(*hung, *times, last.as_deref()))]
+             could be kept (the last in {dir}; its log is there): {}",
+             no_checkpoint_why(*hung, *times, *diverged, last.as_deref()))]
     NoCheckpoint {
         /// The job.
         job: String,
@@ -168,6 +168,8 @@ pub enum RunError {
         /// How the last one failed, where its log is and what it printed
         /// last (when it exited with a failure).
         last: Option<String>,
+        /// The last ones wrote checkpoints, all with NaN or infinite values.
+        diverged: bool,
     },
     /// The run was asked to stop (a signal, `hadar stop`).
     #[error("stopped on request")]
@@ -390,8 +392,13 @@ pub enum Event {
 /// Why a job's tasks leave no checkpoint: they hung (killed for no
 /// progress: a deadlock, a stopped process, a pace slower than the limit),
 /// or the job does not follow the protocol.
-fn no_checkpoint_why(hung: u32, times: u32, last: Option<&str>) -> String {
-    if hung >= times {
+fn no_checkpoint_why(hung: u32, times: u32, diverged: bool, last: Option<&str>) -> String {
+    if diverged {
+        "the last wrote checkpoints, every one with NaN or infinite values (the training \
+         diverged: lower its learning rate, or look at the copy kept in \
+         STATE/checkpoints/diverged/)"
+            .into()
+    } else if hung >= times {
         "each was killed as hung (no progress for the hang limit): look in its log for a \
          deadlock or a process that waits, or raise --hang-timeout for a job that reports \
          rarely"

@@ -42,6 +42,17 @@ struct Fetched {
     failed: Option<RunError>,
 }
 
+/// What was taken of a job's ended tasks' checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    /// A checkpoint: the job's latest now.
+    Checkpoint,
+    /// None was written.
+    Nothing,
+    /// Some were, each with NaN or infinite values: none taken.
+    Diverged,
+}
+
 /// A task that exited with an error before its work was done: (job, copy),
 /// its handle (to read its log) and its exit code, where known.
 type Crashed = (u32, u32, TaskHandle, Option<i32>);
@@ -444,8 +455,14 @@ impl RealRounds<'_> {
             };
             // (Copies that all diverged count as no checkpoint: a job that
             // keeps diverging stops the run, as one that writes none does.)
-            let took = done.took_any(got.len());
-            self.credit(*job, tasks, done.iterations, took, ledger, &mut failed);
+            let kept = if done.took_any(got.len()) {
+                Kept::Checkpoint
+            } else if got.is_empty() {
+                Kept::Nothing
+            } else {
+                Kept::Diverged
+            };
+            self.credit(*job, tasks, done.iterations, kept, ledger, &mut failed);
             // (Installed, synced: the job's latest holds what they held. A
             // diverged copy stays: moved aside, or where it was if that
             // failed.)
@@ -563,7 +580,7 @@ impl RealRounds<'_> {
     }
 
     /// Credits `job` with the `banked` iterations its tasks' checkpoints
-    /// hold (`had_files`: there were some): its step, its failures without
+    /// hold (`kept`: what was taken of them): its step, its failures without
     /// a checkpoint (too many in a row: an error), its completion, and the
     /// iterations lost with tasks that did more than they saved.
     fn credit(
@@ -571,14 +588,14 @@ impl RealRounds<'_> {
         job: u32,
         tasks: &[Running],
         banked: u64,
-        had_files: bool,
+        kept: Kept,
         ledger: &mut Ledger,
         failed: &mut Option<RunError>,
     ) {
         let did: u64 = tasks.iter().map(|r| r.iterations).sum();
         let p = &mut self.state.jobs[job as usize];
         p.held += banked;
-        if had_files {
+        if kept == Kept::Checkpoint {
             let latest = latest(&self.config.state_dir, job);
             p.step = hadar_checkpoint::read_step(&latest).ok().flatten();
             p.without_checkpoint = 0;
@@ -593,6 +610,7 @@ impl RealRounds<'_> {
                     hung: p.hung_in_a_row,
                     dir: tasks[0].handle.workdir.clone(),
                     last: ledger.crashes.get(&(job, tasks[0].copy)).cloned(),
+                    diverged: kept == Kept::Diverged,
                 });
             }
         }

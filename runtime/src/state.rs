@@ -512,6 +512,7 @@ mod tests {
                 hung,
                 dir: "/t".into(),
                 last: last.map(String::from),
+                diverged: false,
             }
             .to_string()
         };
@@ -531,6 +532,19 @@ mod tests {
         );
         assert!(crashed.contains("No such file"), "{crashed}");
         assert!(!crashed.contains("does not follow"), "{crashed}");
+        // Copies that all diverged wrote checkpoints: said so, not blamed
+        // on the protocol.
+        let diverged = RunError::NoCheckpoint {
+            job: "j".into(),
+            times: 5,
+            hung: 0,
+            dir: "/t".into(),
+            last: None,
+            diverged: true,
+        }
+        .to_string();
+        assert!(diverged.contains("NaN or infinite"), "{diverged}");
+        assert!(!diverged.contains("job protocol"), "{diverged}");
     }
 
     /// `complete` is believed only with its total held: a job marked
