@@ -76,6 +76,7 @@ fn run_state(loop_state: LoopState, history: Option<Mark>) -> RunState {
         home: None,
         info: None,
         switches: Default::default(),
+        to_clean: Vec::new(),
     }
 }
 

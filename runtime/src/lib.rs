@@ -565,7 +565,6 @@ pub async fn run(
         state,
         on_event,
         clock,
-        to_clean: Vec::new(),
     };
     let result = drive(&mut exec, &experiment, resume).await;
     let closed = backend.close().await;
@@ -727,6 +726,7 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             home: None,
             info: None,
             switches: state::Switches::default(),
+            to_clean: Vec::new(),
         }),
     }
 }

@@ -77,12 +77,6 @@ pub(crate) struct RealRounds<'a> {
     pub(crate) state: RunState,
     pub(crate) on_event: &'a mut (dyn FnMut(Event) + Send),
     pub(crate) clock: RunClock,
-    /// Ended tasks whose checkpoints are banked and whose leftovers go
-    /// ([`Backend::cleanup`]) once the state that no longer holds them is
-    /// saved (a run killed before that save finds their checkpoints where
-    /// they were, and collects them again). Not saved: a run killed after
-    /// the save leaves them on the nodes, which loses no work.
-    pub(crate) to_clean: Vec<TaskHandle>,
 }
 
 /// The run's time (s since its start), from the monotonic clock: the wall
@@ -499,7 +493,7 @@ impl RealRounds<'_> {
         let own_dir = |r: &Running| {
             r.handle.workdir.file_name().and_then(|n| n.to_str()) == Some(r.handle.token.as_str())
         };
-        self.to_clean.extend(
+        self.state.to_clean.extend(
             tasks
                 .iter()
                 .filter(|r| !r.failed && !r.handle.id.is_empty() && own_dir(r))
@@ -517,7 +511,7 @@ impl RealRounds<'_> {
     /// failure is a warning (the files are copies of what the run holds),
     /// never the run's error.
     async fn clean_up_banked(&mut self) {
-        let handles = std::mem::take(&mut self.to_clean);
+        let handles = std::mem::take(&mut self.state.to_clean);
         if handles.is_empty() {
             return;
         }
@@ -1632,7 +1626,7 @@ impl RealRounds<'_> {
         // after the launches, where it would hold up the first poll and be
         // booked as the new tasks' restart. A failed save keeps the queue
         // (nothing is removed) and the report: the loop's own save follows.
-        if !self.to_clean.is_empty() {
+        if !self.state.to_clean.is_empty() {
             if let Err(e) = self.persist_and_clean_up().await {
                 tracing::warn!("saving the state before removing ended tasks' files: {e}");
             }

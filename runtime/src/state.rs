@@ -226,6 +226,12 @@ pub struct RunState {
     /// launches), for viewers.
     #[serde(default)]
     pub switches: Switches,
+    /// Ended tasks whose checkpoints are installed and whose directories
+    /// go ([`hadar_backend::Backend::cleanup`]) after the next save: saved
+    /// with the state that no longer records them, so that a run killed
+    /// before it removed them leaves the next run to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub to_clean: Vec<TaskHandle>,
 }
 
 /// Round switches' durations: from a round's start until its tasks are
@@ -499,6 +505,7 @@ mod tests {
             home: None,
             info: None,
             switches: Default::default(),
+            to_clean: Vec::new(),
         }
     }
 

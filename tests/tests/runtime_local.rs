@@ -974,3 +974,39 @@ async fn a_task_that_fails_at_its_stop_keeps_its_directory() {
     assert_eq!(logged, dirs);
     assert!(dirs[0].contains("-l1-"), "the first launch's: {dirs:?}");
 }
+
+/// The removals a run owed when it was killed (its state saved without the
+/// tasks, their directories not yet removed) are saved with the state and
+/// carried out by the next run: none is left forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removals_owed_by_a_killed_run_are_done_by_the_next() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(PolicyKind::HADAR, dir.path(), 3000);
+    run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    let (dirs, _) = task_dirs(dir.path());
+    assert!(!dirs.is_empty(), "kept: {dirs:?}");
+    // What the state of a run killed before its cleanup holds.
+    let path = dir.path().join("state.json");
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("state")).expect("json");
+    let owed: Vec<serde_json::Value> = dirs
+        .iter()
+        .map(|d| {
+            serde_json::json!({"id": "999999", "nodes": ["fast"],
+                "workdir": dir.path().join("tasks").join(d), "token": d})
+        })
+        .collect();
+    state["to_clean"] = owed.into();
+    std::fs::write(&path, serde_json::to_vec(&state).expect("json")).expect("write");
+    let mut again = cfg.clone();
+    again.keep_task_dirs = false;
+    run(&again, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("resumed");
+    let (left, _) = task_dirs(dir.path());
+    assert!(left.is_empty(), "left: {left:?}");
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert!(state.to_clean.is_empty(), "{:?}", state.to_clean);
+}
