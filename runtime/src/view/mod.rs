@@ -158,10 +158,14 @@ pub struct Decisions {
 
 /// The view of the run in `dir`; `None` if there is none.
 pub fn load(dir: &Path) -> Result<Option<RunView>, RunError> {
-    Ok(load_state(dir)?.map(|s| {
-        let mut v = view(&s);
-        v.live_pid = crate::control::holder(dir);
-        v
+    // Who holds the directory is asked before the state is read: a run
+    // that lets go has saved its last state, so a view that finds no
+    // holder shows that state (asked after, a run ending between the two
+    // reads was shown stopped in a round it had since finished).
+    let live_pid = crate::control::holder(dir);
+    Ok(load_state(dir)?.map(|s| RunView {
+        live_pid,
+        ..view(&s)
     }))
 }
 
