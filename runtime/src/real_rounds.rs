@@ -490,9 +490,9 @@ impl RealRounds<'_> {
         if self.config.keep_task_dirs {
             return;
         }
-        let own_dir = |r: &Running| {
-            r.handle.workdir.file_name().and_then(|n| n.to_str()) == Some(r.handle.token.as_str())
-        };
+        // (The backends' own check: a directory they would refuse is not
+        // queued, e.g. one of an earlier version's layout.)
+        let own_dir = |r: &Running| hadar_backend::removable_task_dir(&r.handle).is_ok();
         self.state.to_clean.extend(
             tasks
                 .iter()
