@@ -170,6 +170,9 @@ pub(super) fn place_on_one_node(
             !(t.gpus.is_empty() || may_span || !spans(&t.gpus))
         })
         .collect();
+    if !moves.contains(&true) {
+        return Vec::new();
+    }
     // The GPUs of the tasks that stay (a mover's GPU that a staying task
     // shares stays taken).
     let mut used: HashSet<GpuId> = plan

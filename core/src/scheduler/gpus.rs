@@ -104,11 +104,20 @@ impl GpuPicker {
     /// (the fullest such node, to keep big holes for big gangs), else spread.
     pub fn pick(&mut self, cluster: &Cluster, ty: usize, n: usize) -> Vec<GpuId> {
         let k = self.k;
-        let best = self.nodes_of_type[ty]
-            .iter()
-            .copied()
-            .filter(|&node| self.node_free[node as usize * k + ty] as usize >= n)
-            .min_by_key(|&node| self.node_free[node as usize * k + ty]);
+        // The first of the fullest nodes with room; one with exactly `n`
+        // free is such a node (no need to look further).
+        let mut best: Option<(u32, u32)> = None;
+        for &node in &self.nodes_of_type[ty] {
+            let free = self.node_free[node as usize * k + ty];
+            if (free as usize) < n || best.is_some_and(|(_, f)| f <= free) {
+                continue;
+            }
+            best = Some((node, free));
+            if free as usize == n {
+                break;
+            }
+        }
+        let best = best.map(|(node, _)| node);
         let candidates: Box<dyn Iterator<Item = u32>> = match best {
             Some(node) => Box::new(std::iter::once(node)),
             None => Box::new(self.nodes_of_type[ty].clone().into_iter()),

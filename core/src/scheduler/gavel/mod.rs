@@ -7,6 +7,7 @@
 //! depart on purpose.
 
 pub mod policies;
+mod ranked;
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -363,42 +364,48 @@ impl GavelScheduler {
         Ok(())
     }
 
-    /// The round's queue of (job, type): the types in placement order
-    /// (shuffled each round for the type-agnostic policies), each type's
-    /// jobs by (priority, deficit, allocation), descending; ties by id.
-    fn queue(&mut self, ctx: &RoundContext<'_>) -> Vec<(JobId, usize)> {
-        let (w, k) = (ctx.workload, self.k);
-        // Types in placement order.
-        let mut order: Vec<usize> = (0..k).collect();
+    /// The types in placement order (shuffled each round for the
+    /// type-agnostic policies).
+    fn type_order(&mut self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.k).collect();
         if !self.fixed_order {
             order.shuffle(&mut self.shuffle);
         }
-        let mut queue: Vec<(JobId, usize)> = Vec::with_capacity(ctx.state.active.len() * k);
-        let mut keyed: Vec<(f64, f64, f64, JobId)> = Vec::with_capacity(ctx.state.active.len());
-        for &ty in &order {
-            keyed.clear();
-            for &j in &ctx.state.active {
-                let i = j.index() * k + ty;
-                let alloc = if self.in_allocation[j.index()] {
-                    self.allocation[i]
-                } else {
-                    0.0
-                };
-                keyed.push((self.queue_priority(w, j, ty), self.deficits[i], alloc, j));
-            }
-            // A stable sort, although ids make the order total: the queue
-            // is built in id order, runs the merge sort exploits; an
-            // unstable sort took twice the time of a 20,000-job fifo_perf
-            // run (59% of it in the sort).
-            keyed.sort_by(|a, b| {
-                b.0.total_cmp(&a.0)
-                    .then(b.1.total_cmp(&a.1))
-                    .then(b.2.total_cmp(&a.2))
-                    .then(a.3.cmp(&b.3))
-            });
-            queue.extend(keyed.iter().map(|e| (e.3, ty)));
+        order
+    }
+
+    /// Type `ty`'s queue, unsorted: each active job keyed by (priority,
+    /// deficit, allocation) on `ty` (see [`Ranked`]), into `keyed`.
+    fn rank(&self, ctx: &RoundContext<'_>, ty: usize, keyed: &mut Vec<Ranked>) {
+        keyed.clear();
+        for &j in &ctx.state.active {
+            let i = j.index() * self.k + ty;
+            let alloc = if self.in_allocation[j.index()] {
+                self.allocation[i]
+            } else {
+                0.0
+            };
+            keyed.push((
+                descending(self.queue_priority(ctx.workload, j, ty)),
+                descending(self.deficits[i]),
+                descending(alloc),
+                j,
+            ));
         }
-        queue
+    }
+
+    /// Whether job `j` takes a gang on `ty` (with `left` GPUs free there)
+    /// when its turn in `ty`'s queue comes; its gang size if so.
+    fn takes(&self, w: &Workload, j: JobId, ty: usize, left: u32) -> Option<u32> {
+        if w.rates_of(j.index())[ty] <= 0.0 {
+            return None;
+        }
+        if self.kept_elsewhere(w, j, ty) {
+            return None;
+        }
+        // Its gang on that type (one size everywhere: see `new`).
+        let sf = w.gangs_of(j.index())[ty];
+        (sf != 0 && sf <= left).then_some(sf)
     }
 
     /// A job's place in type `ty`'s queue: its priority, except that, with
@@ -481,36 +488,40 @@ impl Scheduler for GavelScheduler {
             solved = true;
         }
 
-        let queue = self.queue(ctx);
+        // Each type in turn takes the jobs of its queue, by (priority,
+        // deficit, allocation), descending, ties by id, until it is full.
         let mut left = w.cluster().gpus_per_type();
         let mut placed = vec![false; w.jobs().len()];
         let mut chosen: Vec<Vec<JobId>> = vec![Vec::new(); k];
-        for (j, ty) in queue {
-            if left[ty] == 0 || placed[j.index()] {
+        let mut keyed = Vec::with_capacity(ctx.state.active.len());
+        for ty in self.type_order() {
+            if left[ty] == 0 {
                 continue;
             }
-            if w.rates_of(j.index())[ty] <= 0.0 {
-                continue;
-            }
-            if self.fifo && self.priority(w, j, ty) <= 0.0 {
-                continue;
-            }
-            if self.kept_elsewhere(w, j, ty) {
-                continue;
-            }
-            // Its gang on that type (one size everywhere: see `new`).
-            let sf = w.gangs_of(j.index())[ty];
-            if sf == 0 || sf > left[ty] {
-                continue;
-            }
-            left[ty] -= sf;
-            placed[j.index()] = true;
-            // Gavel quirk kept on purpose: a job that arrived after the last
-            // recompute reserves GPUs here but does not run until it is in the
-            // allocation.
-            if self.in_allocation[j.index()] {
-                chosen[ty].push(j);
-            }
+            self.rank(ctx, ty, &mut keyed);
+            let first = left[ty] as usize;
+            ranked::visit_in_order(&mut keyed, first, Ranked::cmp, |&(_, _, _, j)| {
+                if placed[j.index()] {
+                    return true;
+                }
+                // FIFO takes only jobs it allocated, and the queue is by
+                // priority: after the first without, no other has one.
+                if self.fifo && self.priority(w, j, ty) <= 0.0 {
+                    return false;
+                }
+                let Some(sf) = self.takes(w, j, ty, left[ty]) else {
+                    return true;
+                };
+                left[ty] -= sf;
+                placed[j.index()] = true;
+                // Gavel quirk kept on purpose: a job that arrived after the
+                // last recompute reserves GPUs here but does not run until
+                // it is in the allocation.
+                if self.in_allocation[j.index()] {
+                    chosen[ty].push(j);
+                }
+                left[ty] > 0
+            });
         }
         let tasks = assign_gpus(w, &mut self.picker, &chosen, &mut self.held);
         if self.restart_aware {
@@ -526,6 +537,21 @@ impl Scheduler for GavelScheduler {
         }
         Ok(Decision { tasks, solved })
     }
+}
+
+/// A job in a type's queue: its (priority, deficit, allocation) on the
+/// type, each as [`descending`] makes it, and its id. Their natural order
+/// is the queue's: higher priority, deficit and allocation first, then
+/// lower ids (a total order: each job is in the queue once). Integer keys
+/// compare in a third of the time of `f64::total_cmp` chains.
+type Ranked = (u64, u64, u64, JobId);
+
+/// A key whose ascending order is `x`'s descending `f64::total_cmp` order.
+fn descending(x: f64) -> u64 {
+    // `total_cmp`'s own mapping to a signed order, shifted to unsigned.
+    let bits = x.to_bits();
+    let signed = bits ^ ((((bits as i64) >> 63) as u64) >> 1);
+    !(signed ^ (1 << 63))
 }
 
 /// With `--gavel-restart-aware`, the share of a job's run time since its
@@ -598,4 +624,36 @@ fn assign_gpus(
         }
     }
     tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::descending;
+
+    #[test]
+    fn descending_keys_order_as_total_cmp_reversed() {
+        let xs = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -2.5,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            1e-9,
+            1.0,
+            1e9,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        for a in xs {
+            for b in xs {
+                assert_eq!(
+                    descending(a).cmp(&descending(b)),
+                    b.total_cmp(&a),
+                    "{a} against {b}"
+                );
+            }
+        }
+    }
 }
