@@ -152,10 +152,11 @@ pub enum RunError {
         /// The holder's pid, as it wrote it.
         pid: String,
     },
-    /// A job's tasks keep ending without a checkpoint.
+    /// A job's tasks keep ending without a checkpoint (or, failing, with
+    /// only the one they resumed from).
     #[error("job {job}: {times} of its tasks in a row ended without writing a checkpoint that \
              could be kept (the last in {dir}; its log is there): {}",
-             no_checkpoint_why(*hung, *times, *diverged, last.as_deref()))]
+             no_checkpoint_why(*hung, *times, *diverged, *stale, last.as_deref()))]
     NoCheckpoint {
         /// The job.
         job: String,
@@ -170,6 +171,9 @@ pub enum RunError {
         last: Option<String>,
         /// The last ones wrote checkpoints, all with NaN or infinite values.
         diverged: bool,
+        /// The last one failed and left only the checkpoint it resumed
+        /// from (no iteration past it).
+        stale: bool,
     },
     /// The run was asked to stop (a signal, `hadar stop`).
     #[error("stopped on request")]
@@ -392,8 +396,22 @@ pub enum Event {
 /// Why a job's tasks leave no checkpoint: they hung (killed for no
 /// progress: a deadlock, a stopped process, a pace slower than the limit),
 /// or the job does not follow the protocol.
-fn no_checkpoint_why(hung: u32, times: u32, diverged: bool, last: Option<&str>) -> String {
-    if diverged {
+fn no_checkpoint_why(
+    hung: u32,
+    times: u32,
+    diverged: bool,
+    stale: bool,
+    last: Option<&str>,
+) -> String {
+    if stale {
+        // It fails before it trains: often as it loads the checkpoint.
+        let how = last.map_or_else(|| "failed".to_string(), |l| format!("exited with {l}"));
+        format!(
+            "the last {how}, leaving only the checkpoint it resumed from, with no iteration \
+             past it (does the job fail as it loads its checkpoint? docs/job-protocol.md); \
+             fix it and run the same command again: the run resumes from that checkpoint"
+        )
+    } else if diverged {
         "the last wrote checkpoints, every one with NaN or infinite values (the training \
          diverged: lower its learning rate, or look at the copy kept in \
          STATE/checkpoints/diverged/)"

@@ -587,14 +587,27 @@ impl RealRounds<'_> {
         failed: &mut Option<RunError>,
     ) {
         let did: u64 = tasks.iter().map(|r| r.iterations).sum();
+        let total = self.config.jobs[job as usize].iterations;
         let p = &mut self.state.jobs[job as usize];
         p.held += banked;
         if kept == Kept::Checkpoint {
             let latest = latest(&self.config.state_dir, job);
             p.step = hadar_checkpoint::read_step(&latest).ok().flatten();
+        }
+        // A checkpoint whose own step is the total is a finished model,
+        // whatever the bookkeeping says (a task that resumed from a
+        // checkpoint deleted under it carried the work on).
+        if p.held >= total || p.step.is_some_and(|s| s >= total) {
+            p.complete = true;
+        }
+        // A failed task that left only the checkpoint it resumed from (a
+        // job that crashes as it loads one) counts as one that left none:
+        // else such a job was retried forever, each try's directory kept.
+        let stale = kept == Kept::Checkpoint && banked == 0 && tasks.iter().any(|r| r.failed);
+        if kept == Kept::Checkpoint && !stale {
             p.without_checkpoint = 0;
             p.hung_in_a_row = 0;
-        } else {
+        } else if !p.complete {
             p.without_checkpoint += 1;
             p.failures += 1;
             if p.without_checkpoint >= NO_CHECKPOINT_LIMIT {
@@ -605,15 +618,9 @@ impl RealRounds<'_> {
                     dir: tasks[0].handle.workdir.clone(),
                     last: ledger.crashes.get(&(job, tasks[0].copy)).cloned(),
                     diverged: kept == Kept::Diverged,
+                    stale,
                 });
             }
-        }
-        // A checkpoint whose own step is the total is a finished model,
-        // whatever the bookkeeping says (a task that resumed from a
-        // checkpoint deleted under it carried the work on).
-        let total = self.config.jobs[job as usize].iterations;
-        if p.held >= total || p.step.is_some_and(|s| s >= total) {
-            p.complete = true;
         }
         if banked < did {
             p.lost += did - banked;

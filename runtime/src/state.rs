@@ -520,6 +520,7 @@ mod tests {
                 dir: "/t".into(),
                 last: last.map(String::from),
                 diverged: false,
+                stale: false,
             }
             .to_string()
         };
@@ -548,10 +549,29 @@ mod tests {
             dir: "/t".into(),
             last: None,
             diverged: true,
+            stale: false,
         }
         .to_string();
         assert!(diverged.contains("NaN or infinite"), "{diverged}");
         assert!(!diverged.contains("job protocol"), "{diverged}");
+        // Tasks that failed with only their resume checkpoint left: said
+        // so, with how the last one failed.
+        let stale = RunError::NoCheckpoint {
+            job: "j".into(),
+            times: 5,
+            hung: 0,
+            dir: "/t".into(),
+            last: Some("status 1 ... it printed last:\n    bad magic".into()),
+            diverged: false,
+            stale: true,
+        }
+        .to_string();
+        assert!(stale.contains("exited with status 1"), "{stale}");
+        assert!(
+            stale.contains("only the checkpoint it resumed from"),
+            "{stale}"
+        );
+        assert!(stale.contains("bad magic"), "{stale}");
     }
 
     /// `complete` is believed only with its total held: a job marked

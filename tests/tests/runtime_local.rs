@@ -934,6 +934,59 @@ async fn a_task_that_crashed_after_its_checkpoint_keeps_its_directory() {
     assert_eq!(latest.trim(), "whole");
 }
 
+/// A job that fails each time it resumes, leaving only the checkpoint it
+/// resumed from (it saves what it loaded, then crashes before training):
+/// the run stops after five such tries, saying so, instead of retrying it
+/// forever (each try's directory kept for its log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_fails_on_every_resume_stops_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script =
+        "if [ -f resume.safetensors ]; then cp resume.safetensors checkpoint.safetensors; \
+                  echo 'bad magic in checkpoint'; exit 1; fi; \
+                  echo half > checkpoint.safetensors; echo 'HADAR_PROGRESS {\"iterations\": 50}'; \
+                  exit 3";
+    let jobs = format!(
+        "[[job]]\nname = \"reload\"\ncommand = [\"sh\", \"-c\", {script:?}]\niterations = 100\n\
+         throughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
+    );
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 100);
+    cfg.keep_task_dirs = false;
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    // (Bounded: before, this run never ended.)
+    let ran = tokio::time::timeout(
+        Duration::from_secs(120),
+        run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {}),
+    )
+    .await
+    .expect("the run ends");
+    let err = ran.expect_err("five failed resumes stop the run");
+    assert!(
+        matches!(
+            err,
+            RunError::NoCheckpoint {
+                stale: true,
+                times: 5,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let said = err.to_string();
+    assert!(
+        said.contains("only the checkpoint it resumed from"),
+        "{said}"
+    );
+    assert!(said.contains("bad magic in checkpoint"), "{said}");
+    // The first task (it trained, then crashed) and the five failed resumes.
+    let (dirs, logged) = task_dirs(dir.path());
+    assert_eq!(dirs.len(), 6, "{dirs:?}");
+    assert_eq!(logged, dirs, "every failed task's log stays");
+    let latest = std::fs::read_to_string(dir.path().join("jobs/0/latest.safetensors"))
+        .expect("the job's checkpoint");
+    assert_eq!(latest.trim(), "half", "what the first task trained is kept");
+}
+
 /// A task that fails as it is stopped (between the last poll and a round's
 /// switch): said, and its directory kept for its log, as a failure a poll
 /// sees; the resumed task that ends cleanly leaves nothing.
