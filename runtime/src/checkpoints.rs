@@ -27,15 +27,40 @@ pub(crate) fn incoming(dir: &Path) -> Result<PathBuf, RunError> {
 pub(crate) struct Installed {
     /// The iterations they add.
     pub(crate) iterations: u64,
-    /// The copies left out for NaN or infinite values (as fetched; moved to
-    /// `checkpoints/diverged/`): their tasks failed.
-    pub(crate) diverged: Vec<PathBuf>,
+    /// The copies left out of a merge (as fetched; moved to
+    /// `checkpoints/<why>/`), and why: their tasks failed.
+    pub(crate) left_out: Vec<(PathBuf, LeftOut)>,
+}
+
+/// Why a copy's checkpoint was left out of a merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeftOut {
+    /// It holds NaN or infinite values: they would spread into the average.
+    Diverged,
+    /// It is not a safetensors file (a merge reads the tensors; a single
+    /// copy is taken as it is, whatever its format).
+    Unreadable,
+}
+
+impl LeftOut {
+    /// The directory of `checkpoints/` it is set aside in.
+    fn dir(self) -> &'static str {
+        match self {
+            Self::Diverged => "diverged",
+            Self::Unreadable => "unreadable",
+        }
+    }
 }
 
 impl Installed {
-    /// Whether a checkpoint was taken (some copy did not diverge).
+    /// Whether a checkpoint was taken (some copy was not left out).
     pub(crate) fn took_any(&self, fetched: usize) -> bool {
-        fetched > self.diverged.len()
+        fetched > self.left_out.len()
+    }
+
+    /// Whether `path` was left out.
+    pub(crate) fn left_out(&self, path: &Path) -> bool {
+        self.left_out.iter().any(|(p, _)| p == path)
     }
 }
 
@@ -62,13 +87,13 @@ pub(crate) fn install(
     let mut files = files.to_vec();
     loop {
         if files.is_empty() {
-            // Every copy diverged: the job keeps its last checkpoint.
-            tracing::warn!("job {job}: every copy holds NaN or infinite values: none kept");
+            // Every copy was left out: the job keeps its last checkpoint.
+            tracing::warn!("job {job}: no copy's checkpoint could be merged: none kept");
             return Ok(done);
         }
-        let dropped = !done.diverged.is_empty();
-        // One copy is taken as it is, unless a diverged one was just left
-        // out: then it is checked too (a merge of one).
+        let dropped = !done.left_out.is_empty();
+        // One copy is taken as it is, unless another was just left out:
+        // then it is checked too (a merge of one).
         let zero = files.iter().all(|(_, it)| *it == 0);
         if (files.len() == 1 && !dropped) || zero {
             copy_atomic(&files[0].0, &out)?;
@@ -83,14 +108,27 @@ pub(crate) fn install(
             Err(hadar_checkpoint::MergeError::NonFinite { path, name }) => {
                 // (Moved out of the macro: tracing skips its arguments when
                 // no one listens.)
-                let kept = set_aside(dir, job, &path);
+                let kept = set_aside(dir, job, &path, LeftOut::Diverged);
                 tracing::warn!(
                     "job {job}: the copy {} holds NaN or infinite values (tensor {name}): \
                      merged without it",
                     kept.display()
                 );
                 files.retain(|(p, _)| *p != path);
-                done.diverged.push(path);
+                done.left_out.push((path, LeftOut::Diverged));
+            }
+            // So is a copy that is not a safetensors file: else the merge
+            // failed the run, and again at every resume (the file stays in
+            // its task's directory).
+            Err(hadar_checkpoint::MergeError::Invalid { path, reason }) => {
+                let kept = set_aside(dir, job, &path, LeftOut::Unreadable);
+                tracing::warn!(
+                    "job {job}: a copy's checkpoint is not a safetensors file ({reason}; kept \
+                     as {}): merged without it (docs/job-protocol.md)",
+                    kept.display()
+                );
+                files.retain(|(p, _)| *p != path);
+                done.left_out.push((path, LeftOut::Unreadable));
             }
             other => {
                 other?;
@@ -110,14 +148,14 @@ pub(crate) fn install(
     Ok(done)
 }
 
-/// Moves a diverged copy's fetched checkpoint to
-/// `checkpoints/diverged/<job>.safetensors`, for a look (the job's last
-/// one: a copy that keeps diverging does not fill the disk); the fetched
-/// copies left in `checkpoints/` are removed once their job's checkpoint is
-/// installed. Returns where it is now (where it was, if it could not be
-/// moved: then it stays there).
-fn set_aside(dir: &Path, job: u32, path: &Path) -> PathBuf {
-    let aside = dir.join("checkpoints").join("diverged");
+/// Moves a copy's fetched checkpoint left out of a merge to
+/// `checkpoints/diverged/<job>.safetensors` (or `unreadable/`), for a look
+/// (the job's last one: a copy that keeps failing does not fill the disk);
+/// the fetched copies left in `checkpoints/` are removed once their job's
+/// checkpoint is installed. Returns where it is now (where it was, if it
+/// could not be moved: then it stays there).
+fn set_aside(dir: &Path, job: u32, path: &Path, why: LeftOut) -> PathBuf {
+    let aside = dir.join("checkpoints").join(why.dir());
     let to = aside.join(format!("{job}.safetensors"));
     match std::fs::create_dir_all(&aside).and_then(|()| std::fs::rename(path, &to)) {
         Ok(()) => to,
@@ -171,7 +209,7 @@ mod tests {
         write(&files[2].0, &[f32::NAN, 0.0]);
         let done = install(dir.path(), 0, &files, Some(0)).expect("install");
         assert_eq!(done.iterations, 20);
-        assert_eq!(done.diverged, [files[2].0.clone()]);
+        assert_eq!(done.left_out, [(files[2].0.clone(), LeftOut::Diverged)]);
         assert!(done.took_any(3));
         assert!(latest(dir.path(), 0).is_file());
         let aside = into.join("diverged").join("0.safetensors");
@@ -183,5 +221,39 @@ mod tests {
             .collect();
         assert_eq!(left, ["diverged"], "fetched copies left");
         assert!(aside.is_file(), "the diverged copy went with them");
+    }
+
+    /// A copy that is not a safetensors file is left out of the merge and
+    /// set aside; the others are merged. Copies that all are: none taken.
+    #[test]
+    fn a_copy_that_is_not_safetensors_is_left_out_of_the_merge() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let into = incoming(dir.path()).expect("incoming");
+        let files: Vec<(PathBuf, u64)> = ["a", "b", "garbage"]
+            .iter()
+            .map(|n| (into.join(format!("{n}.safetensors")), 10))
+            .collect();
+        write(&files[0].0, &[1.0, 2.0]);
+        write(&files[1].0, &[3.0, 4.0]);
+        std::fs::write(&files[2].0, "garbage").expect("write");
+        let done = install(dir.path(), 0, &files, Some(0)).expect("install");
+        assert_eq!(done.iterations, 20);
+        assert_eq!(done.left_out, [(files[2].0.clone(), LeftOut::Unreadable)]);
+        assert!(done.left_out(&files[2].0));
+        assert!(done.took_any(3));
+        assert!(latest(dir.path(), 0).is_file(), "the others merged");
+        let aside = into.join("unreadable").join("0.safetensors");
+        assert_eq!(std::fs::read_to_string(&aside).expect("aside"), "garbage");
+
+        let both: Vec<(PathBuf, u64)> = ["x", "y"]
+            .iter()
+            .map(|n| (into.join(format!("{n}.safetensors")), 10))
+            .collect();
+        for (p, _) in &both {
+            std::fs::write(p, "not a checkpoint").expect("write");
+        }
+        let done = install(dir.path(), 1, &both, Some(0)).expect("install");
+        assert!(!done.took_any(2), "{done:?}");
+        assert!(!latest(dir.path(), 1).exists());
     }
 }

@@ -152,11 +152,10 @@ pub enum RunError {
         /// The holder's pid, as it wrote it.
         pid: String,
     },
-    /// A job's tasks keep ending without a checkpoint (or, failing, with
-    /// only the one they resumed from).
+    /// A job's tasks keep ending without a checkpoint that can be kept.
     #[error("job {job}: {times} of its tasks in a row ended without writing a checkpoint that \
              could be kept (the last in {dir}; its log is there): {}",
-             no_checkpoint_why(*hung, *times, *diverged, *stale, last.as_deref()))]
+             no_checkpoint_why(*hung, *times, *left, last.as_deref()))]
     NoCheckpoint {
         /// The job.
         job: String,
@@ -169,11 +168,8 @@ pub enum RunError {
         /// How the last one failed, where its log is and what it printed
         /// last (when it exited with a failure).
         last: Option<String>,
-        /// The last ones wrote checkpoints, all with NaN or infinite values.
-        diverged: bool,
-        /// The last one failed and left only the checkpoint it resumed
-        /// from (no iteration past it).
-        stale: bool,
+        /// What the last one left.
+        left: LeftBehind,
     },
     /// The run was asked to stop (a signal, `hadar stop`).
     #[error("stopped on request")]
@@ -393,30 +389,54 @@ pub enum Event {
     Warning(String),
 }
 
+/// What the last of a job's tasks left when none of its checkpoints could
+/// be kept ([`RunError::NoCheckpoint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftBehind {
+    /// No checkpoint.
+    Nothing,
+    /// Checkpoints of copies, each with NaN or infinite values (left out of
+    /// the merge).
+    Diverged,
+    /// Checkpoints of copies that are not safetensors files (left out of
+    /// the merge, which reads them; one task's is taken as it is).
+    Unreadable,
+    /// Only the checkpoint it resumed from: it failed with no iteration
+    /// past it.
+    Resumed,
+}
+
 /// Why a job's tasks leave no checkpoint: they hung (killed for no
 /// progress: a deadlock, a stopped process, a pace slower than the limit),
-/// or the job does not follow the protocol.
-fn no_checkpoint_why(
-    hung: u32,
-    times: u32,
-    diverged: bool,
-    stale: bool,
-    last: Option<&str>,
-) -> String {
-    if stale {
-        // It fails before it trains: often as it loads the checkpoint.
-        let how = last.map_or_else(|| "failed".to_string(), |l| format!("exited with {l}"));
-        format!(
-            "the last {how}, leaving only the checkpoint it resumed from, with no iteration \
-             past it (does the job fail as it loads its checkpoint? docs/job-protocol.md); \
-             fix it and run the same command again: the run resumes from that checkpoint"
-        )
-    } else if diverged {
-        "the last wrote checkpoints, every one with NaN or infinite values (the training \
-         diverged: lower its learning rate, or look at the copy kept in \
-         STATE/checkpoints/diverged/)"
-            .into()
-    } else if hung >= times {
+/// their checkpoints could not be used, or the job does not follow the
+/// protocol.
+fn no_checkpoint_why(hung: u32, times: u32, left: LeftBehind, last: Option<&str>) -> String {
+    match left {
+        LeftBehind::Resumed => {
+            // It fails before it trains: often as it loads the checkpoint.
+            let how = last.map_or_else(|| "failed".to_string(), |l| format!("exited with {l}"));
+            return format!(
+                "the last {how}, leaving only the checkpoint it resumed from, with no \
+                 iteration past it (does the job fail as it loads its checkpoint? \
+                 docs/job-protocol.md); fix it and run the same command again: the run \
+                 resumes from that checkpoint"
+            );
+        }
+        LeftBehind::Diverged => {
+            return "the last wrote checkpoints, every one with NaN or infinite values (the \
+                    training diverged: lower its learning rate, or look at the copy kept in \
+                    STATE/checkpoints/diverged/)"
+                .into()
+        }
+        LeftBehind::Unreadable => {
+            return "the last wrote checkpoints that are not safetensors files, which copies \
+                    must write to be merged (docs/job-protocol.md; the last is kept in \
+                    STATE/checkpoints/unreadable/)"
+                .into()
+        }
+        LeftBehind::Nothing => {}
+    }
+    if hung >= times {
         "each was killed as hung (no progress for the hang limit): look in its log for a \
          deadlock or a process that waits, or raise --hang-timeout for a job that reports \
          rarely"

@@ -26,11 +26,11 @@ use hadar_core::report::{RoundReport, TaskReport};
 use hadar_core::state::JobsState;
 use hadar_core::state::LoopState;
 
-use crate::checkpoints::{incoming, install, latest, remove_fetched};
+use crate::checkpoints::{incoming, install, latest, remove_fetched, Installed, LeftOut};
 use crate::jobs::RunJob;
 use crate::parallel::{each as concurrently, fetch_checkpoints, launch_all, stop_each};
 use crate::state::{save_state, JobProgress, RunState, Running};
-use crate::{hang_limit, unix_now, Event, RunConfig, RunError};
+use crate::{hang_limit, unix_now, Event, LeftBehind, RunConfig, RunError};
 
 /// The checkpoints fetched of ended tasks, by job, with their credit; where
 /// each task's own checkpoint was fetched to (by token); the jobs with a
@@ -40,17 +40,6 @@ struct Fetched {
     tokens: HashMap<String, std::path::PathBuf>,
     unfetched: HashSet<u32>,
     failed: Option<RunError>,
-}
-
-/// What was taken of a job's ended tasks' checkpoints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kept {
-    /// A checkpoint: the job's latest now.
-    Checkpoint,
-    /// None was written.
-    Nothing,
-    /// Some were, each with NaN or infinite values: none taken.
-    Diverged,
 }
 
 /// A task that exited with an error before its work was done: (job, copy),
@@ -427,7 +416,7 @@ impl RealRounds<'_> {
                 // one that reached the total; theirs, behind it, would
                 // replace it.
                 remove_fetched(&got);
-                self.clean_up_later(tasks, &tokens, &[]);
+                self.clean_up_later(tasks, &tokens, &Installed::default());
                 continue;
             }
             let installed = if unfetched.contains(job) {
@@ -447,26 +436,28 @@ impl RealRounds<'_> {
                 ledger.uncollected.extend(tasks.iter().cloned());
                 continue;
             };
-            // (Copies that all diverged count as no checkpoint: a job that
-            // keeps diverging stops the run, as one that writes none does.)
-            let kept = if done.took_any(got.len()) {
-                Kept::Checkpoint
+            // (Copies all left out count as no checkpoint: a job that keeps
+            // diverging stops the run, as one that writes none does.)
+            let none_kept = if done.took_any(got.len()) {
+                None
             } else if got.is_empty() {
-                Kept::Nothing
+                Some(LeftBehind::Nothing)
+            } else if done.left_out.iter().any(|(_, w)| *w == LeftOut::Diverged) {
+                Some(LeftBehind::Diverged)
             } else {
-                Kept::Diverged
+                Some(LeftBehind::Unreadable)
             };
-            self.credit(*job, tasks, done.iterations, kept, ledger, &mut failed);
+            self.credit(*job, tasks, done.iterations, none_kept, ledger, &mut failed);
             // (Installed, synced: the job's latest holds what they held. A
-            // diverged copy stays: moved aside, or where it was if that
+            // copy left out stays: moved aside, or where it was if that
             // failed.)
             let taken: Vec<_> = got
                 .iter()
-                .filter(|(p, _)| !done.diverged.contains(p))
+                .filter(|(p, _)| !done.left_out(p))
                 .cloned()
                 .collect();
             remove_fetched(&taken);
-            self.clean_up_later(tasks, &tokens, &done.diverged);
+            self.clean_up_later(tasks, &tokens, &done);
         }
         failed.map_or(Ok(()), Err)
     }
@@ -474,7 +465,7 @@ impl RealRounds<'_> {
     /// Queues for removal ([`Self::clean_up_banked`]) what `tasks`, just
     /// banked, left on their nodes: only a task whose own checkpoint was
     /// fetched (`fetched`, by token: the job's latest now holds it, synced
-    /// to disk) and not left out as diverged, that did not fail (its log is
+    /// to disk) and not left out of a merge, that did not fail (its log is
     /// looked at), and whose directory is named for its token (one of an
     /// earlier version's layout may be another run's too), unless the run
     /// keeps them ([`RunConfig::keep_task_dirs`]). A task that left no
@@ -485,7 +476,7 @@ impl RealRounds<'_> {
         &mut self,
         tasks: &[Running],
         fetched: &HashMap<String, std::path::PathBuf>,
-        diverged: &[std::path::PathBuf],
+        done: &Installed,
     ) {
         if self.config.keep_task_dirs {
             return;
@@ -500,7 +491,7 @@ impl RealRounds<'_> {
                 .filter(|r| {
                     fetched
                         .get(&r.handle.token)
-                        .is_some_and(|p| !diverged.contains(p))
+                        .is_some_and(|p| !done.left_out(p))
                 })
                 .map(|r| r.handle.clone()),
         );
@@ -574,15 +565,16 @@ impl RealRounds<'_> {
     }
 
     /// Credits `job` with the `banked` iterations its tasks' checkpoints
-    /// hold (`kept`: what was taken of them): its step, its failures without
-    /// a checkpoint (too many in a row: an error), its completion, and the
-    /// iterations lost with tasks that did more than they saved.
+    /// hold (`none_kept`: why none was taken, if none was): its step, its
+    /// failures without a checkpoint (too many in a row: an error), its
+    /// completion, and the iterations lost with tasks that did more than
+    /// they saved.
     fn credit(
         &mut self,
         job: u32,
         tasks: &[Running],
         banked: u64,
-        kept: Kept,
+        none_kept: Option<LeftBehind>,
         ledger: &mut Ledger,
         failed: &mut Option<RunError>,
     ) {
@@ -590,7 +582,7 @@ impl RealRounds<'_> {
         let total = self.config.jobs[job as usize].iterations;
         let p = &mut self.state.jobs[job as usize];
         p.held += banked;
-        if kept == Kept::Checkpoint {
+        if none_kept.is_none() {
             let latest = latest(&self.config.state_dir, job);
             p.step = hadar_checkpoint::read_step(&latest).ok().flatten();
         }
@@ -603,8 +595,9 @@ impl RealRounds<'_> {
         // A failed task that left only the checkpoint it resumed from (a
         // job that crashes as it loads one) counts as one that left none:
         // else such a job was retried forever, each try's directory kept.
-        let stale = kept == Kept::Checkpoint && banked == 0 && tasks.iter().any(|r| r.failed);
-        if kept == Kept::Checkpoint && !stale {
+        let stale = banked == 0 && tasks.iter().any(|r| r.failed);
+        let none_kept = none_kept.or(stale.then_some(LeftBehind::Resumed));
+        if none_kept.is_none() {
             p.without_checkpoint = 0;
             p.hung_in_a_row = 0;
         } else if !p.complete {
@@ -617,8 +610,7 @@ impl RealRounds<'_> {
                     hung: p.hung_in_a_row,
                     dir: tasks[0].handle.workdir.clone(),
                     last: ledger.crashes.get(&(job, tasks[0].copy)).cloned(),
-                    diverged: kept == Kept::Diverged,
-                    stale,
+                    left: none_kept.unwrap_or(LeftBehind::Nothing),
                 });
             }
         }

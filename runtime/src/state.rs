@@ -485,6 +485,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::LeftBehind;
 
     fn state(jobs: usize) -> RunState {
         RunState {
@@ -519,8 +520,7 @@ mod tests {
                 hung,
                 dir: "/t".into(),
                 last: last.map(String::from),
-                diverged: false,
-                stale: false,
+                left: LeftBehind::Nothing,
             }
             .to_string()
         };
@@ -548,8 +548,7 @@ mod tests {
             hung: 0,
             dir: "/t".into(),
             last: None,
-            diverged: true,
-            stale: false,
+            left: LeftBehind::Diverged,
         }
         .to_string();
         assert!(diverged.contains("NaN or infinite"), "{diverged}");
@@ -562,8 +561,7 @@ mod tests {
             hung: 0,
             dir: "/t".into(),
             last: Some("status 1 ... it printed last:\n    bad magic".into()),
-            diverged: false,
-            stale: true,
+            left: LeftBehind::Resumed,
         }
         .to_string();
         assert!(stale.contains("exited with status 1"), "{stale}");
@@ -572,6 +570,17 @@ mod tests {
             "{stale}"
         );
         assert!(stale.contains("bad magic"), "{stale}");
+        let unreadable = RunError::NoCheckpoint {
+            job: "j".into(),
+            times: 5,
+            hung: 0,
+            dir: "/t".into(),
+            last: None,
+            left: LeftBehind::Unreadable,
+        }
+        .to_string();
+        assert!(unreadable.contains("not safetensors"), "{unreadable}");
+        assert!(!unreadable.contains("does not follow"), "{unreadable}");
     }
 
     /// `complete` is believed only with its total held: a job marked

@@ -11,7 +11,7 @@ use hadar_core::job::JobId;
 use hadar_core::plan::Task;
 use hadar_core::scheduler::{Decision, PolicyKind, RoundContext, Scheduler};
 use hadar_runtime::jobs::parse_jobs;
-use hadar_runtime::{load_state, run, CustomScheduler, RunConfig, RunError};
+use hadar_runtime::{load_state, run, CustomScheduler, LeftBehind, RunConfig, RunError};
 use hadar_tests::conformance::local_trainer;
 
 const CLUSTER: &str = r#"
@@ -965,7 +965,7 @@ async fn a_job_that_fails_on_every_resume_stops_the_run() {
         matches!(
             err,
             RunError::NoCheckpoint {
-                stale: true,
+                left: LeftBehind::Resumed,
                 times: 5,
                 ..
             }
@@ -985,6 +985,49 @@ async fn a_job_that_fails_on_every_resume_stops_the_run() {
     let latest = std::fs::read_to_string(dir.path().join("jobs/0/latest.safetensors"))
         .expect("the job's checkpoint");
     assert_eq!(latest.trim(), "half", "what the first task trained is kept");
+}
+
+/// HadarE copies whose checkpoints are not safetensors files cannot be
+/// merged: each is left out and set aside, and five such rounds stop the
+/// run saying why (before, the merge's error stopped the run at once, and
+/// again at every resume: the files stayed in the task directories).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_whose_checkpoints_are_not_safetensors_stop_the_run_saying_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = "echo garbage > checkpoint.safetensors; \
+                  echo 'HADAR_PROGRESS {\"iterations\": 10}'; exit 0";
+    let jobs = format!(
+        "[[job]]\nname = \"pickled\"\ncommand = [\"sh\", \"-c\", {script:?}]\n\
+         iterations = 100000\nthroughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
+    );
+    let mut cfg = config(PolicyKind::HADARE, dir.path(), 100);
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    let ran = tokio::time::timeout(
+        Duration::from_secs(120),
+        run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {}),
+    )
+    .await
+    .expect("the run ends");
+    let err = ran.expect_err("unmergeable copies stop the run");
+    assert!(
+        matches!(
+            err,
+            RunError::NoCheckpoint {
+                left: LeftBehind::Unreadable,
+                times: 5,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("not safetensors"), "{err}");
+    let aside = dir.path().join("checkpoints/unreadable/0.safetensors");
+    assert_eq!(
+        std::fs::read_to_string(&aside)
+            .expect("the last copy set aside")
+            .trim(),
+        "garbage"
+    );
 }
 
 /// A task that fails as it is stopped (between the last poll and a round's
