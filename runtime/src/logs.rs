@@ -19,11 +19,11 @@ const LINE_CHARS: usize = 240;
 const TAIL_WAIT: Duration = Duration::from_secs(10);
 
 /// The last lines `task` printed (rank 0's standard output and error),
-/// indented one per line; `None` if its log cannot be read in time or is
-/// empty.
+/// indented one per line (empty: it printed nothing); `None` if its log
+/// cannot be read in time.
 pub(crate) async fn tail(backend: &dyn Backend, task: &TaskHandle) -> Option<String> {
     match tokio::time::timeout(TAIL_WAIT, backend.log_tail(task, TAIL_BYTES)).await {
-        Ok(Ok(Some(text))) => last_lines(&text),
+        Ok(Ok(Some(text))) => Some(last_lines(&text).unwrap_or_default()),
         _ => None,
     }
 }
@@ -80,8 +80,9 @@ pub(crate) fn crash_note(task: &TaskHandle, ranks: bool, tail: Option<&str>) -> 
         "its log"
     };
     match tail {
+        Some("") => format!("{whose}: {} (it printed nothing)", place(task)),
         Some(t) => format!("{whose}: {}; it printed last:\n{t}", place(task)),
-        None => format!("{whose}: {} (nothing could be read from it)", place(task)),
+        None => format!("{whose}: {} (it could not be read)", place(task)),
     }
 }
 
@@ -110,5 +111,26 @@ mod tests {
         // A read that began mid-line drops the cut line.
         let cut = format!("{}\nlast", "y".repeat(TAIL_BYTES as usize));
         assert_eq!(last_lines(&cut).as_deref(), Some("    last"));
+    }
+
+    /// A log that is empty and one that cannot be read are told apart.
+    #[test]
+    fn an_empty_log_is_not_called_unreadable() {
+        let task = TaskHandle {
+            id: "1".into(),
+            nodes: vec!["n1".into()],
+            workdir: "/w/tasks/t".into(),
+            token: "t".into(),
+        };
+        let empty = crash_note(&task, false, Some(""));
+        assert!(empty.contains("it printed nothing"), "{empty}");
+        assert!(empty.contains("n1:/w/tasks/t/task.log"), "{empty}");
+        let unread = crash_note(&task, false, None);
+        assert!(unread.contains("could not be read"), "{unread}");
+        let said = crash_note(&task, true, Some("    boom"));
+        assert!(
+            said.contains("rank 0's log") && said.ends_with("    boom"),
+            "{said}"
+        );
     }
 }

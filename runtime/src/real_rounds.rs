@@ -142,6 +142,11 @@ struct Ledger {
     /// By task: how it failed this poll, where its log is and the last
     /// lines it printed (for its job's error).
     crashes: HashMap<Key, String>,
+    /// The tasks of `crashes`, in the order they were seen, with how each
+    /// ended and the note on its log: said once
+    /// their checkpoints are banked ([`RealRounds::say_crashes`]), so that
+    /// the warning knows whether the job resumes from one.
+    crashed_order: Vec<(Key, String, String)>,
 }
 
 /// Books a task's status into it and its job: the iterations it grew by
@@ -616,11 +621,18 @@ impl RealRounds<'_> {
         }
         if banked < did {
             p.lost += did - banked;
+            // (Where to look: the logs of the tasks that did work.)
+            let logs: Vec<String> = tasks
+                .iter()
+                .filter(|r| r.iterations > 0)
+                .map(|r| crate::logs::place(&r.handle))
+                .collect();
             ledger.warnings.push(format!(
                 "job {}: {} iterations were lost with a task whose checkpoint does not \
-                 hold them (killed, crashed or hung before it wrote one)",
+                 hold them (killed, crashed or hung before it wrote one; log: {})",
                 self.config.jobs[job as usize].name,
-                did - banked
+                did - banked,
+                logs.join(", ")
             ));
         }
     }
@@ -1054,7 +1066,7 @@ impl RealRounds<'_> {
         let (stopped, not_stopped) = self.stop_tasks(past, ledger).await;
         // (A node lost meanwhile strands its gangs' ranks on the others.)
         self.stop_stranded(ledger).await;
-        self.say_crashes(crashed, ledger).await;
+        self.read_crashes(crashed, ledger).await;
         // Ended tasks leave; their checkpoints are banked.
         let mut gone = self.take_running(ended);
         for r in &gone {
@@ -1063,7 +1075,9 @@ impl RealRounds<'_> {
         gone.extend(stopped);
         let by_job = by_job(gone);
         let jobs: Vec<u32> = by_job.keys().copied().collect();
-        self.bank_running(by_job, ledger).await?;
+        let banked = self.bank_running(by_job, ledger).await;
+        self.say_crashes(ledger);
+        banked?;
         if let Some(e) = not_stopped {
             return Err(e);
         }
@@ -1125,7 +1139,7 @@ impl RealRounds<'_> {
     /// and briefly: the round waits) and where its log is: the cause of a
     /// task that fails at once (a missing file, a Python traceback) is
     /// there, not in the runtime's words. Not read on a node just lost.
-    async fn say_crashes(&mut self, crashed: Vec<Crashed>, ledger: &mut Ledger) {
+    async fn read_crashes(&mut self, crashed: Vec<Crashed>, ledger: &mut Ledger) {
         if crashed.is_empty() {
             return;
         }
@@ -1152,8 +1166,23 @@ impl RealRounds<'_> {
             let status = code.map_or("a signal".to_string(), |c| format!("status {c}"));
             let ranks = self.config.jobs[job as usize].ranks != Ranks::Task;
             let note = crate::logs::crash_note(&handle, ranks, tail.as_deref());
+            ledger.crashes.insert(
+                (job, copy),
+                format!("{status} before the job was done; {note}"),
+            );
+            ledger.crashed_order.push(((job, copy), status, note));
+        }
+    }
+
+    /// Says the crashes of [`Self::read_crashes`], once the tasks'
+    /// checkpoints are banked: whether each job resumes from a checkpoint
+    /// (perhaps the one its crashed task left) or starts again.
+    fn say_crashes(&self, ledger: &mut Ledger) {
+        for ((job, copy), status, note) in std::mem::take(&mut ledger.crashed_order) {
             let p = &self.state.jobs[job as usize];
-            let from = if p.held > 0 || p.step.is_some() {
+            let from = if p.complete {
+                "the job is done all the same (its checkpoints hold the total)"
+            } else if p.held > 0 || p.step.is_some() {
                 "resumes from its last checkpoint"
             } else {
                 "starts again from the beginning (it has no checkpoint yet)"
@@ -1163,10 +1192,6 @@ impl RealRounds<'_> {
                  {from}; {note}",
                 self.config.jobs[job as usize].name,
             ));
-            ledger.crashes.insert(
-                (job, copy),
-                format!("{status} before the job was done; {note}"),
-            );
         }
     }
 

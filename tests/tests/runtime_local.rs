@@ -919,6 +919,17 @@ async fn a_task_that_crashed_after_its_checkpoint_keeps_its_directory() {
         .await
         .expect("run");
     assert_eq!(report.jobs[0].state, "finished", "{:?}", report.jobs[0]);
+    // Said once its checkpoint is collected: the job resumes from it.
+    let warnings = &report.result.summary.warnings;
+    let crash = warnings
+        .iter()
+        .find(|w| w.contains("exited with status 3"))
+        .unwrap_or_else(|| panic!("the crash is said: {warnings:?}"));
+    assert!(
+        crash.contains("resumes from its last checkpoint"),
+        "{crash}"
+    );
+    assert!(crash.contains("out of memory"), "{crash}");
     let (dirs, logged) = task_dirs(dir.path());
     assert_eq!(
         dirs.len(),
@@ -1028,6 +1039,43 @@ async fn copies_whose_checkpoints_are_not_safetensors_stop_the_run_saying_why() 
             .trim(),
         "garbage"
     );
+}
+
+/// Work a task did but no checkpoint holds is said lost, with where the
+/// task's log is; a crash of a job with no checkpoint yet says it starts
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_work_is_said_with_the_task_s_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("tried");
+    let script = format!(
+        "if [ -f '{m}' ]; then echo whole > checkpoint.safetensors; \
+         echo 'HADAR_PROGRESS {{\"iterations\": 100}}'; exit 0; fi; touch '{m}'; \
+         echo 'HADAR_PROGRESS {{\"iterations\": 50}}'; exit 3",
+        m = marker.display()
+    );
+    let jobs = format!(
+        "[[job]]\nname = \"lossy\"\ncommand = [\"sh\", \"-c\", {script:?}]\niterations = 100\n\
+         throughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
+    );
+    let mut cfg = config(PolicyKind::HADAR, dir.path(), 100);
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    assert_eq!(report.jobs[0].state, "finished", "{:?}", report.jobs[0]);
+    let warnings = &report.result.summary.warnings;
+    let lost = warnings
+        .iter()
+        .find(|w| w.contains("50 iterations were lost"))
+        .unwrap_or_else(|| panic!("the lost work is said: {warnings:?}"));
+    assert!(lost.contains("/tasks/job0-round0-copy0-l1-"), "{lost}");
+    assert!(lost.contains("task.log"), "{lost}");
+    let crash = warnings
+        .iter()
+        .find(|w| w.contains("exited with status 3"))
+        .unwrap_or_else(|| panic!("the crash is said: {warnings:?}"));
+    assert!(crash.contains("starts again from the beginning"), "{crash}");
 }
 
 /// A task that fails as it is stopped (between the last poll and a round's
