@@ -215,6 +215,15 @@ pub fn view(s: &RunState) -> RunView {
     }
 }
 
+/// A job's iterations done, as the run counts them (`counted`: its running
+/// tasks' progress included), at least what its checkpoint holds (`held`:
+/// a stop banks checkpoints after the round's count) and at most its
+/// `total`.
+fn iterations_done(counted: Option<u64>, held: u64, total: Option<u64>) -> u64 {
+    let done = counted.map_or(held, |c| c.max(held));
+    total.map_or(done, |t| done.min(t))
+}
+
 fn job(s: &RunState, i: usize) -> JobView {
     let p = s.jobs.get(i).cloned().unwrap_or_default();
     let js = s.loop_state.as_ref().and_then(|l| l.jobs.jobs.get(i));
@@ -222,8 +231,7 @@ fn job(s: &RunState, i: usize) -> JobView {
     let running: Vec<&crate::state::Running> =
         s.running.iter().filter(|r| r.job as usize == i).collect();
     let finished = s.finished || js.is_some_and(|j| j.finish_s.is_some());
-    // As the run counts them (its running tasks' progress included).
-    let iterations = js.map_or(p.held, |j| j.done_steps);
+
     let arrival = info.and_then(|f| f.arrivals.get(i).copied()).unwrap_or(0.0);
     let now = s.loop_state.as_ref().map_or(0.0, |l| l.now_s);
     let (state, why) = if finished {
@@ -244,9 +252,11 @@ fn job(s: &RunState, i: usize) -> JobView {
         id: i,
         name: s.job_names[i].clone(),
         state,
-        iterations: info
-            .and_then(|f| f.totals.get(i))
-            .map_or(iterations, |&t| iterations.min(t)),
+        iterations: iterations_done(
+            js.map(|j| j.done_steps),
+            p.held,
+            info.and_then(|f| f.totals.get(i).copied()),
+        ),
         total: info.and_then(|f| f.totals.get(i).copied()),
         checkpointed: p.held,
         lost: p.lost,
@@ -342,4 +352,19 @@ fn spans(s: &RunState, now_s: f64) -> Vec<(u32, u32, f64, f64)> {
     let closed = l.spans.iter().map(|g| (g.gpu, g.job, g.start_s, g.end_s));
     let all: Vec<_> = closed.chain(open).collect();
     all[all.len().saturating_sub(MAX_SPANS)..].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::iterations_done;
+
+    /// After a stop, the checkpoints banked may hold more than the round's
+    /// count: iterations done are never shown below them.
+    #[test]
+    fn iterations_done_are_at_least_what_is_checkpointed() {
+        assert_eq!(iterations_done(Some(40), 55, Some(100)), 55);
+        assert_eq!(iterations_done(Some(70), 55, Some(100)), 70);
+        assert_eq!(iterations_done(None, 55, None), 55);
+        assert_eq!(iterations_done(Some(130), 55, Some(100)), 100);
+    }
 }
