@@ -920,11 +920,7 @@ async fn a_task_that_crashed_after_its_checkpoint_keeps_its_directory() {
         .expect("run");
     assert_eq!(report.jobs[0].state, "finished", "{:?}", report.jobs[0]);
     // Said once its checkpoint is collected: the job resumes from it.
-    let warnings = &report.result.summary.warnings;
-    let crash = warnings
-        .iter()
-        .find(|w| w.contains("exited with status 3"))
-        .unwrap_or_else(|| panic!("the crash is said: {warnings:?}"));
+    let crash = warning(&report, "exited with status 3");
     assert!(
         crash.contains("resumes from its last checkpoint"),
         "{crash}"
@@ -945,6 +941,45 @@ async fn a_task_that_crashed_after_its_checkpoint_keeps_its_directory() {
     assert_eq!(latest.trim(), "whole");
 }
 
+/// A run of one shell job named `name` (`sh -c script`, 100 iterations,
+/// fast on V100s) under `policy`, its state in `dir`.
+fn one_job(policy: PolicyKind, dir: &std::path::Path, name: &str, script: &str) -> RunConfig {
+    let jobs = format!(
+        "[[job]]\nname = {name:?}\ncommand = [\"sh\", \"-c\", {script:?}]\niterations = 100\n\
+         throughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
+    );
+    let mut cfg = config(policy, dir, 100);
+    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    cfg
+}
+
+/// The run's warning that contains `needle`.
+fn warning<'r>(report: &'r hadar_runtime::RunReport, needle: &str) -> &'r str {
+    let warnings = &report.result.summary.warnings;
+    warnings
+        .iter()
+        .find(|w| w.contains(needle))
+        .unwrap_or_else(|| panic!("no warning says {needle:?}: {warnings:?}"))
+}
+
+/// Runs `cfg` (within two minutes: a run that never ends fails the test)
+/// to the error of a job whose last five tasks left no checkpoint that
+/// could be kept, for the reason `left`.
+async fn stopped_for(cfg: &RunConfig, left: LeftBehind) -> RunError {
+    let ran = tokio::time::timeout(
+        Duration::from_secs(120),
+        run(cfg, Arc::new(LocalBackend::new()), &mut |_| {}),
+    )
+    .await
+    .expect("the run ends");
+    let err = ran.expect_err("the run stops");
+    assert!(
+        matches!(err, RunError::NoCheckpoint { left: l, times: 5, .. } if l == left),
+        "{err:?}"
+    );
+    err
+}
+
 /// A job that fails each time it resumes, leaving only the checkpoint it
 /// resumed from (it saves what it loaded, then crashes before training):
 /// the run stops after five such tries, saying so, instead of retrying it
@@ -957,32 +992,10 @@ async fn a_job_that_fails_on_every_resume_stops_the_run() {
                   echo 'bad magic in checkpoint'; exit 1; fi; \
                   echo half > checkpoint.safetensors; echo 'HADAR_PROGRESS {\"iterations\": 50}'; \
                   exit 3";
-    let jobs = format!(
-        "[[job]]\nname = \"reload\"\ncommand = [\"sh\", \"-c\", {script:?}]\niterations = 100\n\
-         throughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
-    );
-    let mut cfg = config(PolicyKind::HADAR, dir.path(), 100);
+    let mut cfg = one_job(PolicyKind::HADAR, dir.path(), "reload", script);
     cfg.keep_task_dirs = false;
-    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
     // (Bounded: before, this run never ended.)
-    let ran = tokio::time::timeout(
-        Duration::from_secs(120),
-        run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {}),
-    )
-    .await
-    .expect("the run ends");
-    let err = ran.expect_err("five failed resumes stop the run");
-    assert!(
-        matches!(
-            err,
-            RunError::NoCheckpoint {
-                left: LeftBehind::Resumed,
-                times: 5,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    let err = stopped_for(&cfg, LeftBehind::Resumed).await;
     let said = err.to_string();
     assert!(
         said.contains("only the checkpoint it resumed from"),
@@ -1007,30 +1020,10 @@ async fn copies_whose_checkpoints_are_not_safetensors_stop_the_run_saying_why() 
     let dir = tempfile::tempdir().expect("tempdir");
     let script = "echo garbage > checkpoint.safetensors; \
                   echo 'HADAR_PROGRESS {\"iterations\": 10}'; exit 0";
-    let jobs = format!(
-        "[[job]]\nname = \"pickled\"\ncommand = [\"sh\", \"-c\", {script:?}]\n\
-         iterations = 100000\nthroughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
-    );
-    let mut cfg = config(PolicyKind::HADARE, dir.path(), 100);
-    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
-    let ran = tokio::time::timeout(
-        Duration::from_secs(120),
-        run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {}),
-    )
-    .await
-    .expect("the run ends");
-    let err = ran.expect_err("unmergeable copies stop the run");
-    assert!(
-        matches!(
-            err,
-            RunError::NoCheckpoint {
-                left: LeftBehind::Unreadable,
-                times: 5,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    let mut cfg = one_job(PolicyKind::HADARE, dir.path(), "pickled", script);
+    // (Never finished by the rounds that run one copy, taken as it is.)
+    cfg.jobs[0].iterations = 100_000;
+    let err = stopped_for(&cfg, LeftBehind::Unreadable).await;
     assert!(err.to_string().contains("not safetensors"), "{err}");
     let aside = dir.path().join("checkpoints/unreadable/0.safetensors");
     assert_eq!(
@@ -1054,27 +1047,15 @@ async fn lost_work_is_said_with_the_task_s_log() {
          echo 'HADAR_PROGRESS {{\"iterations\": 50}}'; exit 3",
         m = marker.display()
     );
-    let jobs = format!(
-        "[[job]]\nname = \"lossy\"\ncommand = [\"sh\", \"-c\", {script:?}]\niterations = 100\n\
-         throughput = {{ v100 = 100.0, k80 = 50.0 }}\n"
-    );
-    let mut cfg = config(PolicyKind::HADAR, dir.path(), 100);
-    cfg.jobs = parse_jobs(&jobs, "jobs.toml").expect("jobs");
+    let cfg = one_job(PolicyKind::HADAR, dir.path(), "lossy", &script);
     let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
         .await
         .expect("run");
     assert_eq!(report.jobs[0].state, "finished", "{:?}", report.jobs[0]);
-    let warnings = &report.result.summary.warnings;
-    let lost = warnings
-        .iter()
-        .find(|w| w.contains("50 iterations were lost"))
-        .unwrap_or_else(|| panic!("the lost work is said: {warnings:?}"));
+    let lost = warning(&report, "50 iterations were lost");
     assert!(lost.contains("/tasks/job0-round0-copy0-l1-"), "{lost}");
     assert!(lost.contains("task.log"), "{lost}");
-    let crash = warnings
-        .iter()
-        .find(|w| w.contains("exited with status 3"))
-        .unwrap_or_else(|| panic!("the crash is said: {warnings:?}"));
+    let crash = warning(&report, "exited with status 3");
     assert!(crash.contains("starts again from the beginning"), "{crash}");
 }
 
