@@ -412,16 +412,6 @@ pub enum LeftBehind {
 /// protocol.
 fn no_checkpoint_why(hung: u32, times: u32, left: LeftBehind, last: Option<&str>) -> String {
     match left {
-        LeftBehind::Resumed => {
-            // It fails before it trains: often as it loads the checkpoint.
-            let how = last.map_or_else(|| "failed".to_string(), |l| format!("exited with {l}"));
-            return format!(
-                "the last {how}, leaving only the checkpoint it resumed from, with no \
-                 iteration past it (does the job fail as it loads its checkpoint? \
-                 docs/job-protocol.md); fix it and run the same command again: the run \
-                 resumes from that checkpoint"
-            );
-        }
         LeftBehind::Diverged => {
             return "the last wrote checkpoints, every one with NaN or infinite values (the \
                     training diverged: lower its learning rate, or look at the copy kept in \
@@ -434,7 +424,18 @@ fn no_checkpoint_why(hung: u32, times: u32, left: LeftBehind, last: Option<&str>
                     STATE/checkpoints/unreadable/)"
                 .into()
         }
-        LeftBehind::Nothing => {}
+        LeftBehind::Resumed | LeftBehind::Nothing => {}
+    }
+    // (Killed as hung before anything else: a job that loads a big model
+    // for longer than the limit is no broken job.)
+    if hung < times && left == LeftBehind::Resumed {
+        // It fails before it trains: often as it loads the checkpoint.
+        let how = last.map_or_else(|| "failed".to_string(), |l| format!("exited with {l}"));
+        return format!(
+            "the last {how}, leaving only the checkpoint it resumed from, with no iteration \
+             past it (does the job fail as it loads its checkpoint? docs/job-protocol.md); \
+             fix it and run the same command again: the run resumes from that checkpoint"
+        );
     }
     if hung >= times {
         "each was killed as hung (no progress for the hang limit): look in its log for a \

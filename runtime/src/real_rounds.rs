@@ -609,12 +609,15 @@ impl RealRounds<'_> {
             p.without_checkpoint += 1;
             p.failures += 1;
             if p.without_checkpoint >= NO_CHECKPOINT_LIMIT {
+                // The task that failed, if one did (a copy beside it may
+                // have ended cleanly, its directory removed).
+                let blamed = tasks.iter().find(|r| r.failed).unwrap_or(&tasks[0]);
                 failed.get_or_insert(RunError::NoCheckpoint {
                     job: self.config.jobs[job as usize].name.clone(),
                     times: p.without_checkpoint,
                     hung: p.hung_in_a_row,
-                    dir: tasks[0].handle.workdir.clone(),
-                    last: ledger.crashes.get(&(job, tasks[0].copy)).cloned(),
+                    dir: blamed.handle.workdir.clone(),
+                    last: ledger.crashes.get(&(job, blamed.copy)).cloned(),
                     left: none_kept.unwrap_or(LeftBehind::Nothing),
                 });
             }

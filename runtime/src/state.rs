@@ -570,6 +570,18 @@ mod tests {
             "{stale}"
         );
         assert!(stale.contains("bad magic"), "{stale}");
+        // Killed as hung after a resume: the hang is the cause said.
+        let hung = RunError::NoCheckpoint {
+            job: "j".into(),
+            times: 5,
+            hung: 5,
+            dir: "/t".into(),
+            last: None,
+            left: LeftBehind::Resumed,
+        }
+        .to_string();
+        assert!(hung.contains("killed as hung"), "{hung}");
+        assert!(!hung.contains("resumed from"), "{hung}");
         let unreadable = RunError::NoCheckpoint {
             job: "j".into(),
             times: 5,
