@@ -30,6 +30,8 @@ pub(crate) struct Installed {
     /// The copies left out of a merge (as fetched; moved to
     /// `checkpoints/<why>/`), and why: their tasks failed.
     pub(crate) left_out: Vec<(PathBuf, LeftOut)>,
+    /// What to say of them (the run's warnings, after the job's name).
+    pub(crate) said: Vec<String>,
 }
 
 /// Why a copy's checkpoint was left out of a merge.
@@ -88,7 +90,8 @@ pub(crate) fn install(
     loop {
         if files.is_empty() {
             // Every copy was left out: the job keeps its last checkpoint.
-            tracing::warn!("job {job}: no copy's checkpoint could be merged: none kept");
+            done.said
+                .push("no copy's checkpoint could be merged: none kept".into());
             return Ok(done);
         }
         let dropped = !done.left_out.is_empty();
@@ -109,11 +112,11 @@ pub(crate) fn install(
                 // (Moved out of the macro: tracing skips its arguments when
                 // no one listens.)
                 let kept = set_aside(dir, job, &path, LeftOut::Diverged);
-                tracing::warn!(
-                    "job {job}: the copy {} holds NaN or infinite values (tensor {name}): \
-                     merged without it",
+                done.said.push(format!(
+                    "the copy {} holds NaN or infinite values (tensor {name}): merged \
+                     without it",
                     kept.display()
-                );
+                ));
                 files.retain(|(p, _)| *p != path);
                 done.left_out.push((path, LeftOut::Diverged));
             }
@@ -122,11 +125,12 @@ pub(crate) fn install(
             // its task's directory).
             Err(hadar_checkpoint::MergeError::Invalid { path, reason }) => {
                 let kept = set_aside(dir, job, &path, LeftOut::Unreadable);
-                tracing::warn!(
-                    "job {job}: a copy's checkpoint is not a safetensors file ({reason}; kept \
-                     as {}): merged without it (docs/job-protocol.md)",
+                done.said.push(format!(
+                    "a copy's checkpoint is not a safetensors file ({reason}; kept as {}): \
+                     merged without it (copies must write safetensors to be merged, \
+                     docs/job-protocol.md)",
                     kept.display()
-                );
+                ));
                 files.retain(|(p, _)| *p != path);
                 done.left_out.push((path, LeftOut::Unreadable));
             }

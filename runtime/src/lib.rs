@@ -432,9 +432,9 @@ fn no_checkpoint_why(hung: u32, times: u32, left: LeftBehind, last: Option<&str>
         // It fails before it trains: often as it loads the checkpoint.
         let how = last.map_or_else(|| "failed".to_string(), |l| format!("exited with {l}"));
         return format!(
-            "the last {how}, leaving only the checkpoint it resumed from, with no iteration \
-             past it (does the job fail as it loads its checkpoint? docs/job-protocol.md); \
-             fix it and run the same command again: the run resumes from that checkpoint"
+            "the last left only the checkpoint it resumed from, with no iteration past it \
+             (does the job fail as it loads its checkpoint? docs/job-protocol.md); it {how}\n\
+             (fix it, then run the same command again: the run resumes from that checkpoint)"
         );
     }
     if hung >= times {
@@ -604,6 +604,7 @@ pub async fn run(
         state,
         on_event,
         clock,
+        told_format: Default::default(),
     };
     let result = drive(&mut exec, &experiment, resume).await;
     let closed = backend.close().await;

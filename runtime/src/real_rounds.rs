@@ -66,6 +66,8 @@ pub(crate) struct RealRounds<'a> {
     pub(crate) state: RunState,
     pub(crate) on_event: &'a mut (dyn FnMut(Event) + Send),
     pub(crate) clock: RunClock,
+    /// Jobs told this run that their checkpoint is not safetensors (once).
+    pub(crate) told_format: HashSet<u32>,
 }
 
 /// The run's time (s since its start), from the monotonic clock: the wall
@@ -452,6 +454,13 @@ impl RealRounds<'_> {
             } else {
                 Some(LeftBehind::Unreadable)
             };
+            let name = &self.config.jobs[*job as usize].name;
+            for w in &done.said {
+                ledger.warnings.push(format!("job {name}: {w}"));
+            }
+            if let [(one, _)] = got.as_slice() {
+                self.tell_format(*job, one, ledger);
+            }
             self.credit(*job, tasks, done.iterations, none_kept, ledger, &mut failed);
             // (Installed, synced: the job's latest holds what they held. A
             // copy left out stays: moved aside, or where it was if that
@@ -569,6 +578,26 @@ impl RealRounds<'_> {
         out
     }
 
+    /// Says once a run that `job`'s checkpoint (`path`, one task's, taken
+    /// as it is) is not safetensors: only a merge reads it, so nothing
+    /// breaks until copies of it are merged (or its task cannot read it
+    /// back, and starts over: that is the job's to say).
+    fn tell_format(&mut self, job: u32, path: &std::path::Path, ledger: &mut Ledger) {
+        let Err(hadar_checkpoint::MergeError::Invalid { reason, .. }) =
+            hadar_checkpoint::read_step(path)
+        else {
+            return;
+        };
+        if self.told_format.insert(job) {
+            ledger.warnings.push(format!(
+                "job {}: its checkpoint is not a safetensors file ({reason}): kept as it is; \
+                 HadarE's copies of it could not be merged, and its progress is counted from \
+                 its reports, not from the checkpoint's step (docs/job-protocol.md)",
+                self.config.jobs[job as usize].name
+            ));
+        }
+    }
+
     /// Credits `job` with the `banked` iterations its tasks' checkpoints
     /// hold (`none_kept`: why none was taken, if none was): its step, its
     /// failures without a checkpoint (too many in a row: an error), its
@@ -630,9 +659,14 @@ impl RealRounds<'_> {
                 .filter(|r| r.iterations > 0)
                 .map(|r| crate::logs::place(&r.handle))
                 .collect();
+            let why = match none_kept {
+                Some(LeftBehind::Diverged) => "its checkpoint held NaN or infinite values",
+                Some(LeftBehind::Unreadable) => "its checkpoint is not a safetensors file",
+                _ => "killed, crashed or hung before it wrote one",
+            };
             ledger.warnings.push(format!(
                 "job {}: {} iterations were lost with a task whose checkpoint does not \
-                 hold them (killed, crashed or hung before it wrote one; log: {})",
+                 hold them ({why}; log: {})",
                 self.config.jobs[job as usize].name,
                 did - banked,
                 logs.join(", ")

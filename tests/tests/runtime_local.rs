@@ -1053,6 +1053,11 @@ async fn lost_work_is_said_with_the_task_s_log() {
         .expect("run");
     assert_eq!(report.jobs[0].state, "finished", "{:?}", report.jobs[0]);
     let lost = warning(&report, "50 iterations were lost");
+    // ("whole" is no safetensors file: taken as it is, said once.)
+    let format = warning(&report, "its checkpoint is not a safetensors file");
+    assert!(format.contains("kept as it is"), "{format}");
+    let told = report.result.summary.warnings.iter();
+    assert_eq!(told.filter(|w| w.contains("not a safetensors")).count(), 1);
     assert!(lost.contains("/tasks/job0-round0-copy0-l1-"), "{lost}");
     assert!(lost.contains("task.log"), "{lost}");
     let crash = warning(&report, "exited with status 3");

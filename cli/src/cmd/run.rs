@@ -820,9 +820,13 @@ fn status_jobs(state: &hadar_runtime::RunState) -> Vec<serde_json::Value> {
         .map(|(i, p)| {
             let js = lp.and_then(|l| l.jobs.jobs.get(i));
             let finished = js.is_some_and(|j| j.finish_s.is_some());
-            // As the run's report counts: a finished job's checkpoint at
-            // its total (HadarE's copies together may have run more).
-            let done = js.map_or(p.held, |j| j.done_steps);
+            // As the run's report counts (never below what its checkpoint
+            // holds: a stop banks checkpoints after the round's count): a
+            // finished job's checkpoint at its total (HadarE's copies
+            // together may have run more).
+            let total = state.info.as_ref().and_then(|f| f.totals.get(i).copied());
+            let done =
+                hadar_runtime::view::iterations_done(js.map(|j| j.done_steps), p.held, total);
             let held = if finished { p.held.min(done) } else { p.held };
             serde_json::json!({
                 "id": i,

@@ -219,7 +219,7 @@ pub fn view(s: &RunState) -> RunView {
 /// tasks' progress included), at least what its checkpoint holds (`held`:
 /// a stop banks checkpoints after the round's count) and at most its
 /// `total`.
-fn iterations_done(counted: Option<u64>, held: u64, total: Option<u64>) -> u64 {
+pub fn iterations_done(counted: Option<u64>, held: u64, total: Option<u64>) -> u64 {
     let done = counted.map_or(held, |c| c.max(held));
     total.map_or(done, |t| done.min(t))
 }
