@@ -130,6 +130,12 @@ fn ctrl_c_stops_the_tasks_after_their_checkpoints_and_the_run_resumes() {
     assert_eq!(o.status.code(), Some(8), "{err}");
     assert!(err.contains("stopped on request"), "{err}");
     assert!(err.contains("task(s) after their checkpoints"), "{err}");
+    // Acknowledged as it comes, once.
+    assert_eq!(
+        err.matches("stopping: the tasks are stopped").count(),
+        1,
+        "{err}"
+    );
     assert!(err.contains("the same command resumes"), "{err}");
     assert!(tasks_of(&run.state).is_empty(), "no task is left running");
     let v = report(&run.finish(&[]));
@@ -138,6 +144,45 @@ fn ctrl_c_stops_the_tasks_after_their_checkpoints_and_the_run_resumes() {
     for j in v["jobs"].as_array().expect("jobs") {
         assert_eq!(j["lost_iterations"], 0, "{j}");
     }
+}
+
+/// A second Ctrl-C, a second or more after the first, exits at once (130)
+/// saying that the tasks keep running; the same command adopts them and
+/// finishes the run. (The task here takes 5 s to stop, longer than the 3 s
+/// grace: the first stop is still under way.)
+#[test]
+fn a_second_ctrl_c_exits_at_once_and_says_the_tasks_keep_running() {
+    let run = Run::new();
+    let slow = "trap 'sleep 5; echo done > checkpoint.safetensors; \
+                echo \"HADAR_PROGRESS {\\\"iterations\\\": 10}\"; exit 0' TERM; \
+                while :; do sleep 0.1; done";
+    std::fs::write(
+        &run.jobs,
+        format!(
+            "[[job]]\nname = \"slow\"\ncommand = [\"sh\", \"-c\", {slow:?}]\n\
+             iterations = 10\nthroughput = {{ v100 = 2.0, k80 = 1.0 }}\n"
+        ),
+    )
+    .expect("jobs");
+    let child = run.start(&[]);
+    run.wait_for_tasks();
+    signal(child.id(), "-INT");
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(child.id(), "-INT");
+    let o = child.wait_with_output().expect("wait");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("stopping: the tasks are stopped"), "{err}");
+    assert!(
+        err.contains("exiting at once: the tasks keep running"),
+        "{err}"
+    );
+    assert!(
+        !tasks_of(&run.state).is_empty(),
+        "the task was left running"
+    );
+    let v = report(&run.finish(&[]));
+    assert_eq!(v["jobs"][0]["state"], "finished", "{v}");
 }
 
 /// `timeout` (and `kill -- -PGID`) signals the process and then its group:

@@ -544,8 +544,20 @@ fn on_signals() -> Result<Arc<std::sync::atomic::AtomicBool>, CliError> {
                     None => {
                         first = Some(std::time::Instant::now());
                         asked.store(true, std::sync::atomic::Ordering::SeqCst);
+                        // Said at once: the stop waits for checkpoints.
+                        eprintln!(
+                            "stopping: the tasks are stopped after their checkpoints (within \
+                             --grace), then the state is saved; the same command resumes. \
+                             Interrupt again to exit at once and leave the tasks running."
+                        );
                     }
-                    Some(at) if at.elapsed() >= SECOND_SIGNAL => std::process::exit(130),
+                    Some(at) if at.elapsed() >= SECOND_SIGNAL => {
+                        eprintln!(
+                            "exiting at once: the tasks keep running, recorded in the state; \
+                             the same command adopts them and collects their checkpoints"
+                        );
+                        std::process::exit(130)
+                    }
                     Some(_) => {}
                 }
             }
