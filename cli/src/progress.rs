@@ -33,6 +33,11 @@ impl Bars {
         self.add(name, total, "{pos}/{len} jobs, {msg} ({elapsed})")
     }
 
+    /// A bar counting a job's `total` iterations, labelled with its name.
+    pub fn iterations(&self, name: &str, total: u64) -> ProgressBar {
+        self.add(name, total, "{pos}/{len} iterations, {msg} ({elapsed})")
+    }
+
     /// A bar counting `total` things called `unit`, labelled `name`, with
     /// an estimate of the time left (for things of about equal size).
     pub fn counter(&self, name: &str, total: u64, unit: &str) -> ProgressBar {

@@ -342,7 +342,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let job_bars: Vec<ProgressBar> = config
         .jobs
         .iter()
-        .map(|j| bars.bar(&escape(&j.name), j.iterations))
+        .map(|j| bars.iterations(&escape(&j.name), j.iterations))
         .collect();
     // Kept to the end, with the bars: dropping it waits for calls still
     // blocked in a backend (an SSH call to a host gone, past its timeout),
@@ -781,7 +781,8 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         .map_err(CliError::Run)?
         .ok_or_else(|| {
             CliError::Input(format!(
-                "no run in {} (no state.json); `hadar run --state {}` starts one",
+                "no run in {} (no state.json); `hadar run --cluster CLUSTER --jobs JOBS --state \
+                 {}` starts one",
                 escape(&args.state.display().to_string()),
                 escape(&args.state.display().to_string())
             ))
