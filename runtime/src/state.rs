@@ -513,17 +513,18 @@ mod tests {
     /// Tasks killed as hung are not blamed on the job protocol.
     #[test]
     fn tasks_that_hung_are_not_called_protocol_breakers() {
-        let with = |hung, last: Option<&str>| {
+        let said = |left, hung, last: Option<&str>| {
             RunError::NoCheckpoint {
                 job: "j".into(),
                 times: 5,
                 hung,
                 dir: "/t".into(),
                 last: last.map(String::from),
-                left: LeftBehind::Nothing,
+                left,
             }
             .to_string()
         };
+        let with = |hung, last| said(LeftBehind::Nothing, hung, last);
         let e = |hung| with(hung, None);
         assert!(e(5).contains("killed as hung"), "{}", e(5));
         assert!(!e(5).contains("job protocol"), "{}", e(5));
@@ -542,28 +543,16 @@ mod tests {
         assert!(!crashed.contains("does not follow"), "{crashed}");
         // Copies that all diverged wrote checkpoints: said so, not blamed
         // on the protocol.
-        let diverged = RunError::NoCheckpoint {
-            job: "j".into(),
-            times: 5,
-            hung: 0,
-            dir: "/t".into(),
-            last: None,
-            left: LeftBehind::Diverged,
-        }
-        .to_string();
+        let diverged = said(LeftBehind::Diverged, 0, None);
         assert!(diverged.contains("NaN or infinite"), "{diverged}");
         assert!(!diverged.contains("job protocol"), "{diverged}");
         // Tasks that failed with only their resume checkpoint left: said
         // so, with how the last one failed.
-        let stale = RunError::NoCheckpoint {
-            job: "j".into(),
-            times: 5,
-            hung: 0,
-            dir: "/t".into(),
-            last: Some("status 1 ... it printed last:\n    bad magic".into()),
-            left: LeftBehind::Resumed,
-        }
-        .to_string();
+        let stale = said(
+            LeftBehind::Resumed,
+            0,
+            Some("status 1 ... it printed last:\n    bad magic"),
+        );
         assert!(stale.contains("exited with status 1"), "{stale}");
         assert!(
             stale.contains("only the checkpoint it resumed from"),
@@ -571,26 +560,10 @@ mod tests {
         );
         assert!(stale.contains("bad magic"), "{stale}");
         // Killed as hung after a resume: the hang is the cause said.
-        let hung = RunError::NoCheckpoint {
-            job: "j".into(),
-            times: 5,
-            hung: 5,
-            dir: "/t".into(),
-            last: None,
-            left: LeftBehind::Resumed,
-        }
-        .to_string();
+        let hung = said(LeftBehind::Resumed, 5, None);
         assert!(hung.contains("killed as hung"), "{hung}");
         assert!(!hung.contains("resumed from"), "{hung}");
-        let unreadable = RunError::NoCheckpoint {
-            job: "j".into(),
-            times: 5,
-            hung: 0,
-            dir: "/t".into(),
-            last: None,
-            left: LeftBehind::Unreadable,
-        }
-        .to_string();
+        let unreadable = said(LeftBehind::Unreadable, 0, None);
         assert!(unreadable.contains("not safetensors"), "{unreadable}");
         assert!(!unreadable.contains("does not follow"), "{unreadable}");
     }
