@@ -138,8 +138,21 @@ fn ctrl_c_stops_the_tasks_after_their_checkpoints_and_the_run_resumes() {
     );
     assert!(err.contains("the same command resumes"), "{err}");
     assert!(tasks_of(&run.state).is_empty(), "no task is left running");
+    // Why it stopped is saved for `hadar status`, until a run resumes it.
+    let saved = |key: &str| {
+        let text = std::fs::read_to_string(run.state.join("state.json")).expect("state");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        v.get(key).cloned()
+    };
+    let why = saved("stopped").expect("the reason is saved");
+    assert!(
+        why.as_str()
+            .is_some_and(|w| w.contains("stopped on request")),
+        "{why}"
+    );
     let v = report(&run.finish(&[]));
     all_finished(&v);
+    assert_eq!(saved("stopped"), None, "cleared by the run that resumed");
     // Stopped tasks left checkpoints: nothing was lost.
     for j in v["jobs"].as_array().expect("jobs") {
         assert_eq!(j["lost_iterations"], 0, "{j}");
@@ -469,6 +482,29 @@ fn a_job_that_never_checkpoints_stops_the_run_with_the_reason() {
     assert!(
         err.contains("job forgetful: 5 of its tasks in a row ended without writing a checkpoint"),
         "{err}"
+    );
+    // `hadar status` says why the run stopped, as text and as JSON.
+    let status = |json: bool| {
+        let mut args = vec!["status", "--state"];
+        let state = dir.path().join("state");
+        let state = state.to_str().expect("utf-8 path");
+        args.push(state);
+        if json {
+            args.push("--json");
+        }
+        common::hadar(&args)
+    };
+    let shown = text(&status(false).stdout);
+    assert!(
+        shown.contains("stopped: job forgetful: 5 of its tasks in a row"),
+        "{shown}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&status(true).stdout).expect("JSON");
+    assert!(
+        v["stopped"]
+            .as_str()
+            .is_some_and(|w| w.contains("job forgetful")),
+        "{v}"
     );
     // A task that fails at once: the warnings and the error show what it
     // printed last and where its log is, not a guess at the protocol.

@@ -77,6 +77,7 @@ fn run_state(loop_state: LoopState, history: Option<Mark>) -> RunState {
         info: None,
         switches: Default::default(),
         to_clean: Vec::new(),
+        stopped: None,
     }
 }
 

@@ -596,6 +596,8 @@ pub async fn run(
         },
     )?;
     backend.open().await?;
+    // (Said by `hadar status` until a run takes the state again.)
+    state.stopped = None;
     let clock = real_rounds::RunClock::resume(&mut state);
     let mut exec = RealRounds {
         config: &config,
@@ -767,6 +769,7 @@ fn initial_state(config: &RunConfig) -> Result<RunState, RunError> {
             info: None,
             switches: state::Switches::default(),
             to_clean: Vec::new(),
+            stopped: None,
         }),
     }
 }

@@ -1574,6 +1574,8 @@ impl RealRounds<'_> {
             return cause;
         }
         let tasks = std::mem::take(&mut self.state.running);
+        // (Saved with the state below, for `hadar status`.)
+        self.state.stopped = Some(cause.to_string());
         if tasks.is_empty() {
             let _ = self.persist_and_clean_up().await;
             return cause;

@@ -232,6 +232,11 @@ pub struct RunState {
     /// before it removed them leaves the next run to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub to_clean: Vec<TaskHandle>,
+    /// Why the run last stopped before its jobs finished (its error, with
+    /// what became of the tasks), for `hadar status`; cleared when a run
+    /// resumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// Round switches' durations: from a round's start until its tasks are
@@ -507,6 +512,7 @@ mod tests {
             info: None,
             switches: Default::default(),
             to_clean: Vec::new(),
+            stopped: None,
         }
     }
 

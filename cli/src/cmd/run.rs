@@ -802,6 +802,7 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             "tasks": status_tasks(&state),
             "rates": state.rates,
             "warnings": warnings,
+            "stopped": state.stopped,
         }))
         .map_err(|e| CliError::output("stdout", std::io::Error::other(e)))?;
         println!("{text}");
@@ -811,6 +812,9 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         "round {round}{}",
         if state.finished { " (finished)" } else { "" }
     );
+    if let Some(why) = &state.stopped {
+        println!("stopped: {}", escape_lines(why));
+    }
     print!("{}", status_table(&jobs).render());
     print_tasks(&state);
     print_rates(&state.rates);
