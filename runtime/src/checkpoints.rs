@@ -104,36 +104,26 @@ pub(crate) fn install(
         }
         // Merged beside the latest, given its step, then renamed over it.
         let merging = out.with_extension("merging");
-        match hadar_checkpoint::merge(&files, &merging) {
+        let (path, why, what) = match hadar_checkpoint::merge(&files, &merging) {
             // A diverged copy (NaN or infinite weights) is left out: its
             // values would spread into the average; the others are kept,
             // and its iterations count as lost.
-            Err(hadar_checkpoint::MergeError::NonFinite { path, name }) => {
-                // (Moved out of the macro: tracing skips its arguments when
-                // no one listens.)
-                let kept = set_aside(dir, job, &path, LeftOut::Diverged);
-                done.said.push(format!(
-                    "the copy {} holds NaN or infinite values (tensor {name}): merged \
-                     without it",
-                    kept.display()
-                ));
-                files.retain(|(p, _)| *p != path);
-                done.left_out.push((path, LeftOut::Diverged));
-            }
+            Err(hadar_checkpoint::MergeError::NonFinite { path, name }) => (
+                path,
+                LeftOut::Diverged,
+                format!("holds NaN or infinite values (tensor {name})"),
+            ),
             // So is a copy that is not a safetensors file: else the merge
             // failed the run, and again at every resume (the file stays in
             // its task's directory).
-            Err(hadar_checkpoint::MergeError::Invalid { path, reason }) => {
-                let kept = set_aside(dir, job, &path, LeftOut::Unreadable);
-                done.said.push(format!(
-                    "a copy's checkpoint is not a safetensors file ({reason}; kept as {}): \
-                     merged without it (copies must write safetensors to be merged, \
-                     docs/job-protocol.md)",
-                    kept.display()
-                ));
-                files.retain(|(p, _)| *p != path);
-                done.left_out.push((path, LeftOut::Unreadable));
-            }
+            Err(hadar_checkpoint::MergeError::Invalid { path, reason }) => (
+                path,
+                LeftOut::Unreadable,
+                format!(
+                    "is not a safetensors file ({reason}; copies must write safetensors to \
+                     be merged, docs/job-protocol.md)"
+                ),
+            ),
             other => {
                 other?;
                 if let Some(base) = base {
@@ -146,7 +136,14 @@ pub(crate) fn install(
                 rename_durably(&merging, &out)?;
                 break;
             }
-        }
+        };
+        let kept = set_aside(dir, job, &path, why);
+        done.said.push(format!(
+            "the copy {} {what}: merged without it",
+            kept.display()
+        ));
+        files.retain(|(p, _)| *p != path);
+        done.left_out.push((path, why));
     }
     done.iterations = files.iter().map(|(_, it)| it).sum();
     Ok(done)

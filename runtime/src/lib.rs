@@ -411,49 +411,49 @@ pub enum LeftBehind {
 /// their checkpoints could not be used, or the job does not follow the
 /// protocol.
 fn no_checkpoint_why(hung: u32, times: u32, left: LeftBehind, last: Option<&str>) -> String {
-    match left {
-        LeftBehind::Diverged => {
-            return "the last wrote checkpoints, every one with NaN or infinite values (the \
-                    training diverged: lower its learning rate, or look at the copy kept in \
-                    STATE/checkpoints/diverged/)"
+    match (left, last) {
+        (LeftBehind::Diverged, _) => {
+            "the last wrote checkpoints, every one with NaN or infinite values (the training \
+             diverged: lower its learning rate, or look at the copy kept in \
+             STATE/checkpoints/diverged/)"
                 .into()
         }
-        LeftBehind::Unreadable => {
-            return "the last wrote checkpoints that are not safetensors files, which copies \
-                    must write to be merged (docs/job-protocol.md; the last is kept in \
-                    STATE/checkpoints/unreadable/)"
+        (LeftBehind::Unreadable, _) => {
+            "the last wrote checkpoints that are not safetensors files, which copies must \
+             write to be merged (docs/job-protocol.md; the last is kept in \
+             STATE/checkpoints/unreadable/)"
                 .into()
         }
-        LeftBehind::Resumed | LeftBehind::Nothing => {}
-    }
-    // (Killed as hung before anything else: a job that loads a big model
-    // for longer than the limit is no broken job.)
-    if hung < times && left == LeftBehind::Resumed {
-        // It fails before it trains: often as it loads the checkpoint.
-        let how = last.map_or_else(|| "failed".to_string(), |l| format!("exited with {l}"));
-        return format!(
-            "the last left only the checkpoint it resumed from, with no iteration past it \
-             (does the job fail as it loads its checkpoint? docs/job-protocol.md); it {how}\n\
-             (fix it, then run the same command again: the run resumes from that checkpoint)"
-        );
-    }
-    if hung >= times {
-        "each was killed as hung (no progress for the hang limit): look in its log for a \
-         deadlock or a process that waits, or raise --hang-timeout for a job that reports \
-         rarely"
-            .into()
-    } else if let Some(last) = last {
+        // (Killed as hung before anything else: a job that loads a big
+        // model for longer than the limit is no broken job.)
+        _ if hung >= times => {
+            "each was killed as hung (no progress for the hang limit): look in its log for a \
+             deadlock or a process that waits, or raise --hang-timeout for a job that reports \
+             rarely"
+                .into()
+        }
+        (LeftBehind::Resumed, _) => {
+            // It fails before it trains: often as it loads the checkpoint.
+            let how = last.map_or_else(|| "failed".to_string(), |l| format!("exited with {l}"));
+            format!(
+                "the last left only the checkpoint it resumed from, with no iteration past it \
+                 (does the job fail as it loads its checkpoint? docs/job-protocol.md); it \
+                 {how}\n(fix it, then run the same command again: the run resumes from that \
+                 checkpoint)"
+            )
+        }
         // A task that fails says why in its output: shown, not guessed at.
-        format!(
+        (LeftBehind::Nothing, Some(last)) => format!(
             "the last exited with {last}\n(fix what it printed, then run the same command \
              again: the run resumes; a task must also write \
              $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before it exits, docs/job-protocol.md)"
-        )
-    } else {
-        "it does not follow the job protocol (docs/job-protocol.md: write \
-         $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before exiting), so its work can never \
-         be kept"
-            .into()
+        ),
+        (LeftBehind::Nothing, None) => {
+            "it does not follow the job protocol (docs/job-protocol.md: write \
+             $HADAR_CHECKPOINT_DIR/checkpoint.safetensors before exiting), so its work can never \
+             be kept"
+                .into()
+        }
     }
 }
 

@@ -40,6 +40,9 @@ struct Fetched {
     tokens: HashMap<String, std::path::PathBuf>,
     unfetched: HashSet<u32>,
     failed: Option<RunError>,
+    /// Fetched checkpoints that are not safetensors files, and why (read
+    /// once, for their credit).
+    not_safetensors: HashMap<std::path::PathBuf, String>,
 }
 
 /// A task that exited with an error before its work was done: (job, copy),
@@ -141,14 +144,19 @@ struct Ledger {
     /// read-only state directory): each caller keeps them recorded where
     /// they came from, for a later look to collect.
     uncollected: Vec<Running>,
-    /// By task: how it failed this poll, where its log is and the last
-    /// lines it printed (for its job's error).
-    crashes: HashMap<Key, String>,
-    /// The tasks of `crashes`, in the order they were seen, with how each
-    /// ended and the note on its log: said once
-    /// their checkpoints are banked ([`RealRounds::say_crashes`]), so that
-    /// the warning knows whether the job resumes from one.
-    crashed_order: Vec<(Key, String, String)>,
+    /// By task: how it failed this poll (its status) and the note on its
+    /// log (where it is, the last lines it printed), for its job's error
+    /// and its warning.
+    crashes: HashMap<Key, (String, String)>,
+    /// The tasks of `crashes`, in the order they were seen: said once their
+    /// checkpoints are banked ([`RealRounds::say_crashes`]), so that the
+    /// warning knows whether the job resumes from one.
+    crashed_order: Vec<Key>,
+}
+
+/// How a crashed task of `crashes` failed, for its job's error.
+fn how_it_failed((status, note): &(String, String)) -> String {
+    format!("{status} before the job was done; {note}")
 }
 
 /// Books a task's status into it and its job: the iterations it grew by
@@ -411,6 +419,7 @@ impl RealRounds<'_> {
             tokens,
             unfetched,
             mut failed,
+            not_safetensors,
         } = self.fetch_all(&by_job, &into).await;
         // A job whose checkpoints could not all be fetched or installed (a
         // full or read-only state directory) keeps its tasks recorded: their
@@ -459,7 +468,9 @@ impl RealRounds<'_> {
                 ledger.warnings.push(format!("job {name}: {w}"));
             }
             if let [(one, _)] = got.as_slice() {
-                self.tell_format(*job, one, ledger);
+                if let Some(reason) = not_safetensors.get(one) {
+                    self.tell_format(*job, reason, ledger);
+                }
             }
             self.credit(*job, tasks, done.iterations, none_kept, ledger, &mut failed);
             // (Installed, synced: the job's latest holds what they held. A
@@ -559,12 +570,16 @@ impl RealRounds<'_> {
             tokens: HashMap::new(),
             unfetched: HashSet::new(),
             failed: None,
+            not_safetensors: HashMap::new(),
         };
         for (r, f) in tasks.iter().zip(fetched) {
             match f {
                 Ok(Some(path)) => {
                     out.tokens.insert(r.handle.token.clone(), path.clone());
-                    let credit = credited(&path, r);
+                    let (credit, invalid) = credited(&path, r);
+                    if let Some(reason) = invalid {
+                        out.not_safetensors.insert(path.clone(), reason);
+                    }
                     out.files.entry(r.job).or_default().push((path, credit));
                 }
                 Ok(None) => {}
@@ -578,16 +593,11 @@ impl RealRounds<'_> {
         out
     }
 
-    /// Says once a run that `job`'s checkpoint (`path`, one task's, taken
-    /// as it is) is not safetensors: only a merge reads it, so nothing
+    /// Says once a run that `job`'s checkpoint (one task's, taken as it
+    /// is) is not safetensors (`reason`): only a merge reads it, so nothing
     /// breaks until copies of it are merged (or its task cannot read it
     /// back, and starts over: that is the job's to say).
-    fn tell_format(&mut self, job: u32, path: &std::path::Path, ledger: &mut Ledger) {
-        let Err(hadar_checkpoint::MergeError::Invalid { reason, .. }) =
-            hadar_checkpoint::read_step(path)
-        else {
-            return;
-        };
+    fn tell_format(&mut self, job: u32, reason: &str, ledger: &mut Ledger) {
         if self.told_format.insert(job) {
             ledger.warnings.push(format!(
                 "job {}: its checkpoint is not a safetensors file ({reason}): kept as it is; \
@@ -646,7 +656,7 @@ impl RealRounds<'_> {
                     times: p.without_checkpoint,
                     hung: p.hung_in_a_row,
                     dir: blamed.handle.workdir.clone(),
-                    last: ledger.crashes.get(&(job, blamed.copy)).cloned(),
+                    last: ledger.crashes.get(&(job, blamed.copy)).map(how_it_failed),
                     left: none_kept.unwrap_or(LeftBehind::Nothing),
                 });
             }
@@ -1203,11 +1213,8 @@ impl RealRounds<'_> {
             let status = code.map_or("a signal".to_string(), |c| format!("status {c}"));
             let ranks = self.config.jobs[job as usize].ranks != Ranks::Task;
             let note = crate::logs::crash_note(&handle, ranks, tail.as_deref());
-            ledger.crashes.insert(
-                (job, copy),
-                format!("{status} before the job was done; {note}"),
-            );
-            ledger.crashed_order.push(((job, copy), status, note));
+            ledger.crashes.insert((job, copy), (status, note));
+            ledger.crashed_order.push((job, copy));
         }
     }
 
@@ -1215,7 +1222,10 @@ impl RealRounds<'_> {
     /// checkpoints are banked: whether each job resumes from a checkpoint
     /// (perhaps the one its crashed task left) or starts again.
     fn say_crashes(&self, ledger: &mut Ledger) {
-        for ((job, copy), status, note) in std::mem::take(&mut ledger.crashed_order) {
+        for (job, copy) in std::mem::take(&mut ledger.crashed_order) {
+            let Some((status, note)) = ledger.crashes.get(&(job, copy)) else {
+                continue;
+            };
             let p = &self.state.jobs[job as usize];
             let from = if p.complete {
                 "the job is done all the same (its checkpoints hold the total)"
@@ -1384,10 +1394,14 @@ fn by_job(tasks: Vec<Running>) -> BTreeMap<u32, Vec<Running>> {
 /// resumed from, when both record their step; else what the task reported.
 /// A task killed after an early checkpoint is credited with that
 /// checkpoint's work, not with the work it reported after it.
-fn credited(path: &std::path::Path, r: &Running) -> u64 {
+/// Also why the checkpoint is not a safetensors file, if it is not.
+fn credited(path: &std::path::Path, r: &Running) -> (u64, Option<String>) {
     match (hadar_checkpoint::read_step(path), r.base_step) {
-        (Ok(Some(step)), Some(base)) => step.saturating_sub(base),
-        _ => r.iterations,
+        (Ok(Some(step)), Some(base)) => (step.saturating_sub(base), None),
+        (Err(hadar_checkpoint::MergeError::Invalid { reason, .. }), _) => {
+            (r.iterations, Some(reason))
+        }
+        _ => (r.iterations, None),
     }
 }
 

@@ -231,7 +231,7 @@ fn job(s: &RunState, i: usize) -> JobView {
     let running: Vec<&crate::state::Running> =
         s.running.iter().filter(|r| r.job as usize == i).collect();
     let finished = s.finished || js.is_some_and(|j| j.finish_s.is_some());
-
+    let total = info.and_then(|f| f.totals.get(i).copied());
     let arrival = info.and_then(|f| f.arrivals.get(i).copied()).unwrap_or(0.0);
     let now = s.loop_state.as_ref().map_or(0.0, |l| l.now_s);
     let (state, why) = if finished {
@@ -252,12 +252,8 @@ fn job(s: &RunState, i: usize) -> JobView {
         id: i,
         name: s.job_names[i].clone(),
         state,
-        iterations: iterations_done(
-            js.map(|j| j.done_steps),
-            p.held,
-            info.and_then(|f| f.totals.get(i).copied()),
-        ),
-        total: info.and_then(|f| f.totals.get(i).copied()),
+        iterations: iterations_done(js.map(|j| j.done_steps), p.held, total),
+        total,
         checkpointed: p.held,
         lost: p.lost,
         starts: p.starts,
