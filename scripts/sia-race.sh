@@ -76,11 +76,16 @@ PY
             multi_simulator.py "${args[@]}" --output="$out/$name.sia-$run.log" >"$out/$name.sia-$run.out" 2>&1)
     done
     "$hadar" trace import sia --workload "$csv" --sia "$sia" --out "$out/$name" --json >/dev/null
-    for pr in "${policies[@]}"; do
-        p=${pr%:*} round=${pr#*:}
-        /usr/bin/time -v -o "$out/$name.hadar-$p.time" "$hadar" simulate --jobs "$out/$name/jobs.toml" \
-            --cluster "$out/$name/cluster.toml" --round-seconds "$round" --no-bound --policy "$p" --json \
-            >"$out/$name.hadar-$p.json"
+    # The same workload with each job's GPUs and batch tuned per type from
+    # its profile (docs/sia.md); Gavel's policies take one gang per job.
+    "$hadar" trace import sia --workload "$csv" --sia "$sia" --out "$out/$name-tuned" --shapes tuned \
+        --json >/dev/null
+    for pr in "${policies[@]}" tuned-hadar:60 tuned-hadare:60; do
+        p=${pr%:*} round=${pr#*:} dir=$out/$name
+        [[ $p == tuned-* ]] && dir=$out/$name-tuned
+        /usr/bin/time -v -o "$out/$name.hadar-$p.time" "$hadar" simulate --jobs "$dir/jobs.toml" \
+            --cluster "$dir/cluster.toml" --round-seconds "$round" --no-bound --policy "${p#tuned-}" \
+            --json >"$out/$name.hadar-$p.json"
     done
 done
 python3 "$here/scripts/sia_race_table.py" "$out" "$sia" "${workloads[@]}"

@@ -67,7 +67,11 @@ def main():
             policy = p.name[len(name) + len(".hadar-") : -len(".json")]
             row = hadar_row(out, name, policy)
             round_s = json.loads(p.read_text())[0]["settings"]["round_s"]
-            rows.append((f"Hadar's `{policy}` ({round_s:.0f} s rounds)", row))
+            if policy.startswith("tuned-"):
+                who = f"Hadar's `{policy[len('tuned-'):]}`, `--shapes tuned` ({round_s:.0f} s rounds)"
+            else:
+                who = f"Hadar's `{policy}` ({round_s:.0f} s rounds)"
+            rows.append((who, row))
         for who, (mean, tail, makespan, starts, wall, rss) in rows:
             print(f"| {w} | {who} | {mean:,.0f} | {tail:,.0f} | {makespan:,.0f} | {starts:.2f} | {wall:.2f} | {rss:.0f} |")
 

@@ -405,4 +405,35 @@ fn sia_workload_alone_trains_as_long_as_in_sia() {
     // A bad value on the command line is a usage error.
     let o = import(&sia_s, "aws=0");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    // Tuned shapes: each type's GPUs and batch from the profile (here one
+    // placement, 2 GPUs; batch 4 trains in 29 s, batch 8 in 43), said in the summary and
+    // the jobs file.
+    let tuned = |floor: &str| {
+        let mut args = vec!["trace", "import", "sia", "--workload", &workload];
+        args.extend(["--sia", &sia_s, "--sia-cluster", "aws=1", "--out", &out_s]);
+        args.extend(["--shapes", "tuned", "--min-efficiency", floor]);
+        hadar(&args)
+    };
+    let o = tuned("0.75");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let human = text(&o.stdout);
+    assert!(
+        human.contains("tuned per type, parallel efficiency at least 0.75")
+            && human.contains("t4 29 (2 GPUs, batch 4)"),
+        "{human}"
+    );
+    let jobs = std::fs::read_to_string(out.join("jobs.toml")).expect("jobs.toml");
+    assert!(
+        jobs.contains("(--shapes tuned)") && jobs.contains("gang = 2"),
+        "{jobs}"
+    );
+    for bad in ["0", "1.5", "NaN"] {
+        let o = tuned(bad);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("--min-efficiency"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
 }

@@ -142,10 +142,32 @@ pub enum ImportCommand {
         /// Directory to write jobs.toml, cluster.toml and import.json to.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Each job's GPUs and batch: `submitted` keeps the workload's on
+        /// every type (Sia's rigid jobs); `tuned` gives each job, per type,
+        /// the GPUs and batch its application's profile trains fastest
+        /// with alone, among those at least --min-efficiency as efficient
+        /// in GPU time as its most efficient run (fixed for the job's life
+        /// on that type: the job's GPUs change with the type).
+        #[arg(long, value_enum, default_value_t = SiaShapes::Submitted)]
+        shapes: SiaShapes,
+        /// With --shapes tuned: the least parallel efficiency a job's GPUs
+        /// may have, from 0 (exclusive) to 1 (1: only its most efficient
+        /// GPU count).
+        #[arg(long, value_name = "FRACTION", default_value_t = 0.75)]
+        min_efficiency: f64,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `hadar trace import sia --shapes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SiaShapes {
+    /// The workload's GPUs and batch on every type.
+    Submitted,
+    /// Per type, the fastest GPUs and batch above an efficiency floor.
+    Tuned,
 }
 
 /// What every import takes.
@@ -236,8 +258,16 @@ pub fn run(cmd: ImportCommand) -> Result<(), CliError> {
             sia,
             sia_cluster,
             out,
+            shapes,
+            min_efficiency,
             json,
-        } => return super::import_sia::run(&workload, &sia, &sia_cluster, &out, json),
+        } => {
+            let shapes = match shapes {
+                SiaShapes::Submitted => import::sia::Shapes::Submitted,
+                SiaShapes::Tuned => import::sia::Shapes::Tuned { min_efficiency },
+            };
+            return super::import_sia::run(&workload, &sia, &sia_cluster, shapes, &out, json);
+        }
     };
     finish(imported, &common)
 }

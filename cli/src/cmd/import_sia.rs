@@ -16,11 +16,20 @@ pub fn run(
     workload: &Path,
     sia_dir: &Path,
     cluster: &str,
+    shapes: sia::Shapes,
     out: &Path,
     json: bool,
 ) -> Result<(), CliError> {
     // A malformed value on the command line is a usage error (exit 2).
     let types = sia::parse_cluster(cluster).map_err(|e| CliError::Usage(e.to_string()))?;
+    if let sia::Shapes::Tuned { min_efficiency } = shapes {
+        if !(min_efficiency > 0.0 && min_efficiency <= 1.0) {
+            return Err(CliError::Usage(format!(
+                "--min-efficiency {min_efficiency}: give a fraction above 0 and at most 1 \
+                 (0.5: a job takes more GPUs only while each still adds half a GPU's worth)"
+            )));
+        }
+    }
     check_sia_dir(sia_dir)?;
     if out.exists() && !out.is_dir() {
         return Err(CliError::Usage(format!(
@@ -29,7 +38,13 @@ pub fn run(
         )));
     }
     let text = hadar_core::error::read_to_string(workload)?;
-    let imported = sia::import(&text, &workload.display().to_string(), sia_dir, &types)?;
+    let imported = sia::import(
+        &text,
+        &workload.display().to_string(),
+        sia_dir,
+        &types,
+        shapes,
+    )?;
     std::fs::create_dir_all(out).map_err(|e| CliError::output(out.display(), e))?;
     let summary = serde_json::to_string_pretty(&imported.summary)
         .map_err(|e| CliError::output("import.json", std::io::Error::other(e)))?;
@@ -84,8 +99,12 @@ fn render(s: &SiaSummary, out: &Path) -> String {
         .collect();
     let _ = writeln!(
         o,
-        "imported {} jobs of a Sia workload, all rigid (Sia's categories: {}), over {:.1} h of arrivals",
+        "imported {} jobs of a Sia workload, all rigid ({}; Sia's categories: {}), over {:.1} h of arrivals",
         s.jobs,
+        match s.min_efficiency {
+            Some(e) => format!("GPUs and batch tuned per type, parallel efficiency at least {e}"),
+            None => "GPUs and batch as submitted".to_string(),
+        },
         escape(&categories.join(", ")),
         s.span_s / 3600.0
     );
@@ -105,18 +124,29 @@ fn render(s: &SiaSummary, out: &Path) -> String {
         "  time alone (s), per kind of job; restart cost on every start and move:"
     );
     for k in &s.kinds {
+        let shapes = match (k.gpus, k.batch) {
+            (Some(g), Some(b)) => format!("{g:>2} GPUs batch {b:<5}"),
+            // Tuned: the GPUs and batch go with each type's time.
+            _ => "tuned per type     ".to_string(),
+        };
         let times: Vec<String> = k
             .seconds
             .iter()
-            .map(|(t, secs)| format!("{t} {secs:.0}"))
+            .map(
+                |(t, secs)| match (k.gpus, k.gpus_on.get(t), k.batch_on.get(t)) {
+                    (None, Some(g), Some(b)) => {
+                        let s = if *g == 1 { "" } else { "s" };
+                        format!("{t} {secs:.0} ({g} GPU{s}, batch {b})")
+                    }
+                    _ => format!("{t} {secs:.0}"),
+                },
+            )
             .chain(k.cannot_run.keys().map(|t| format!("{t} -")))
             .collect();
         let _ = writeln!(
             o,
-            "    {:<12} {:>2} GPUs batch {:<5} {:>3} job{}  {}  restart {:.0}",
+            "    {:<12} {shapes} {:>3} job{}  {}  restart {:.0}",
             escape(&k.application),
-            k.gpus,
-            k.batch,
             k.jobs,
             if k.jobs == 1 { " " } else { "s" },
             times.join(", "),

@@ -10,7 +10,7 @@
 
 pub mod profile;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::Serialize;
@@ -205,10 +205,10 @@ pub fn read_workload(text: &str, source: &str) -> Result<Vec<SiaJob>> {
 pub struct Kind {
     /// Its application.
     pub application: String,
-    /// GPUs.
-    pub gpus: u32,
-    /// Global batch.
-    pub batch: u64,
+    /// GPUs (`None` with tuned shapes: per type in `gpus_on`).
+    pub gpus: Option<u32>,
+    /// Global batch (`None` with tuned shapes: per type in `batch_on`).
+    pub batch: Option<u64>,
     /// Jobs of this kind in the workload.
     pub jobs: usize,
     /// Seconds a start or move costs it (the application's `rescale_time`).
@@ -219,8 +219,27 @@ pub struct Kind {
     pub seconds: BTreeMap<String, f64>,
     /// Its placement on each type it can run on (Sia's id).
     pub placement: BTreeMap<String, String>,
+    /// Its GPUs on each type it can run on (`gpus` unless tuned).
+    pub gpus_on: BTreeMap<String, u32>,
+    /// Its global batch on each type it can run on (`batch` unless tuned).
+    pub batch_on: BTreeMap<String, u64>,
     /// Why it cannot run on the other types.
     pub cannot_run: BTreeMap<String, String>,
+}
+
+/// How the import sets each job's GPUs and batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Shapes {
+    /// As the workload gives them, on every type (Sia's `rigid`).
+    Submitted,
+    /// Per type, the GPUs and batch the application's profile trains
+    /// fastest with alone, among those at least `min_efficiency` as
+    /// efficient in GPU time as its most efficient run
+    /// ([`Profile::tuned_run`]); fixed for the job's life on that type.
+    Tuned {
+        /// The least parallel efficiency accepted, in (0, 1].
+        min_efficiency: f64,
+    },
 }
 
 /// Sia's job categories (`cluster.py`); a workload may leave them out.
@@ -236,6 +255,10 @@ pub struct SiaSummary {
     /// Jobs by Sia's category (`none` where the workload gives none); all
     /// are written rigid.
     pub categories: BTreeMap<String, usize>,
+    /// How each job's GPUs and batch were set: `submitted` or `tuned`.
+    pub shapes: &'static str,
+    /// With tuned shapes, the least parallel efficiency accepted.
+    pub min_efficiency: Option<f64>,
     /// The kinds of job, with their times alone on each type.
     pub kinds: Vec<Kind>,
     /// The cluster: GPUs per type.
@@ -264,47 +287,11 @@ pub fn import(
     source: &str,
     sia_dir: &Path,
     types: &[SiaType],
+    shapes: Shapes,
 ) -> Result<SiaImport> {
     let jobs = read_workload(workload, source)?;
-    let mut profiles: BTreeMap<(String, String), Profile> = BTreeMap::new();
-    let mut kinds: BTreeMap<(String, u32, u64), Kind> = BTreeMap::new();
-    for job in &jobs {
-        let key = (job.app.clone(), job.gpus, job.batch);
-        if let Some(k) = kinds.get_mut(&key) {
-            k.jobs += 1;
-            continue;
-        }
-        for t in types {
-            let pk = (job.app.clone(), t.suffix.clone());
-            if !profiles.contains_key(&pk) {
-                profiles.insert(pk.clone(), Profile::read(sia_dir, &job.app, &t.suffix)?);
-            }
-        }
-        let kind = kind_of(job, types, |t| {
-            &profiles[&(job.app.clone(), t.suffix.clone())]
-        });
-        if kind.seconds.is_empty() {
-            let why: Vec<String> = kind
-                .cannot_run
-                .iter()
-                .map(|(t, w)| format!("{t}: {w}"))
-                .collect();
-            return Err(Error::parse(
-                job.at.clone(),
-                format!(
-                    "job `{}`: {} on {} GPUs with batch {} runs on no type of the cluster ({}); \
-                     change the job, or the cluster (--sia-cluster), or leave the job out",
-                    super::read::escape(&job.name),
-                    job.app,
-                    job.gpus,
-                    job.batch,
-                    why.join("; ")
-                ),
-            ));
-        }
-        kinds.insert(key, kind);
-    }
-    let jobs_toml = jobs_file(&jobs, &kinds, types, source);
+    let kinds = kinds_of(&jobs, sia_dir, types, shapes)?;
+    let jobs_toml = jobs_file(&jobs, &kinds, shapes, types, source);
     let mut categories = BTreeMap::new();
     for j in &jobs {
         *categories
@@ -333,6 +320,14 @@ pub fn import(
             format: "sia",
             jobs: jobs.len(),
             categories,
+            shapes: match shapes {
+                Shapes::Submitted => "submitted",
+                Shapes::Tuned { .. } => "tuned",
+            },
+            min_efficiency: match shapes {
+                Shapes::Submitted => None,
+                Shapes::Tuned { min_efficiency } => Some(min_efficiency),
+            },
             kinds: kinds.into_values().collect(),
             cluster_gpus: types
                 .iter()
@@ -344,13 +339,91 @@ pub fn import(
     })
 }
 
+/// The kinds of the workload's jobs, each computed once from the profiles
+/// (read once per application and type); a job that can run on no type is
+/// an error naming its line.
+fn kinds_of(
+    jobs: &[SiaJob],
+    sia_dir: &Path,
+    types: &[SiaType],
+    shapes: Shapes,
+) -> Result<BTreeMap<KindKey, Kind>> {
+    let mut profiles: BTreeMap<(String, String), Profile> = BTreeMap::new();
+    let mut kinds: BTreeMap<KindKey, Kind> = BTreeMap::new();
+    for job in jobs {
+        let key = kind_key(job, shapes);
+        if let Some(k) = kinds.get_mut(&key) {
+            k.jobs += 1;
+            continue;
+        }
+        for t in types {
+            let pk = (job.app.clone(), t.suffix.clone());
+            if !profiles.contains_key(&pk) {
+                profiles.insert(pk.clone(), Profile::read(sia_dir, &job.app, &t.suffix)?);
+            }
+        }
+        let kind = kind_of(job, types, shapes, |t| {
+            &profiles[&(job.app.clone(), t.suffix.clone())]
+        });
+        if kind.seconds.is_empty() {
+            let why: Vec<String> = kind
+                .cannot_run
+                .iter()
+                .map(|(t, w)| format!("{t}: {w}"))
+                .collect();
+            let what = match shapes {
+                Shapes::Submitted => format!("on {} GPUs with batch {}", job.gpus, job.batch),
+                Shapes::Tuned { .. } => "at any GPU count and batch".to_string(),
+            };
+            return Err(Error::parse(
+                job.at.clone(),
+                format!(
+                    "job `{}`: {} {what} runs on no type of the cluster ({}); \
+                     change the job, or the cluster (--sia-cluster), or leave the job out",
+                    super::read::escape(&job.name),
+                    job.app,
+                    why.join("; ")
+                ),
+            ));
+        }
+        kinds.insert(key, kind);
+    }
+    Ok(kinds)
+}
+
+/// What makes two jobs of a workload the same kind: the application, and
+/// unless shapes are tuned (then the application alone decides), its GPUs
+/// and batch.
+type KindKey = (String, Option<u32>, Option<u64>);
+
+fn kind_key(job: &SiaJob, shapes: Shapes) -> KindKey {
+    match shapes {
+        Shapes::Submitted => (job.app.clone(), Some(job.gpus), Some(job.batch)),
+        Shapes::Tuned { .. } => (job.app.clone(), None, None),
+    }
+}
+
 /// A job's kind: its time alone on each type where it fits and was
 /// profiled, and its work in the first such type's iterations.
-fn kind_of<'p>(job: &SiaJob, types: &[SiaType], profile: impl Fn(&SiaType) -> &'p Profile) -> Kind {
-    let mut runs: Vec<(&SiaType, LoneRun)> = Vec::new();
+fn kind_of<'p>(
+    job: &SiaJob,
+    types: &[SiaType],
+    shapes: Shapes,
+    profile: impl Fn(&SiaType) -> &'p Profile,
+) -> Kind {
+    let mut runs: Vec<(&SiaType, u32, u64, LoneRun)> = Vec::new();
     let mut cannot_run = BTreeMap::new();
     for t in types {
         let p = profile(t);
+        if let Shapes::Tuned { min_efficiency } = shapes {
+            match p.tuned_run(t.per_node, t.per_node * t.nodes, min_efficiency) {
+                Some((g, b, run)) => runs.push((t, g, b, run)),
+                None => {
+                    cannot_run.insert(t.name.clone(), "no GPU count and batch runs".into());
+                }
+            }
+            continue;
+        }
         if job.gpus > t.per_node * t.nodes {
             cannot_run.insert(
                 t.name.clone(),
@@ -363,7 +436,7 @@ fn kind_of<'p>(job: &SiaJob, types: &[SiaType], profile: impl Fn(&SiaType) -> &'
             continue;
         }
         match p.lone_run(job.gpus, job.batch, t.per_node) {
-            Ok(run) => runs.push((t, run)),
+            Ok(run) => runs.push((t, job.gpus, job.batch, run)),
             Err(why) => {
                 cannot_run.insert(t.name.clone(), NoRun::to_string(&why));
             }
@@ -371,11 +444,11 @@ fn kind_of<'p>(job: &SiaJob, types: &[SiaType], profile: impl Fn(&SiaType) -> &'
     }
     let iterations = runs
         .first()
-        .map_or(1, |(_, r)| (r.iterations.round() as u64).max(1));
+        .map_or(1, |(_, _, _, r)| (r.iterations.round() as u64).max(1));
     Kind {
         application: job.app.clone(),
-        gpus: job.gpus,
-        batch: job.batch,
+        gpus: (shapes == Shapes::Submitted).then_some(job.gpus),
+        batch: (shapes == Shapes::Submitted).then_some(job.batch),
         jobs: 1,
         // The application's, the same on every type.
         restart_s: types
@@ -384,11 +457,19 @@ fn kind_of<'p>(job: &SiaJob, types: &[SiaType], profile: impl Fn(&SiaType) -> &'
         iterations,
         seconds: runs
             .iter()
-            .map(|(t, r)| (t.name.clone(), r.seconds))
+            .map(|(t, _, _, r)| (t.name.clone(), r.seconds))
             .collect(),
         placement: runs
             .iter()
-            .map(|(t, r)| (t.name.clone(), r.placement.clone()))
+            .map(|(t, _, _, r)| (t.name.clone(), r.placement.clone()))
+            .collect(),
+        gpus_on: runs
+            .iter()
+            .map(|(t, g, _, _)| (t.name.clone(), *g))
+            .collect(),
+        batch_on: runs
+            .iter()
+            .map(|(t, _, b, _)| (t.name.clone(), *b))
             .collect(),
         cannot_run,
     }
@@ -399,14 +480,26 @@ fn kind_of<'p>(job: &SiaJob, types: &[SiaType], profile: impl Fn(&SiaType) -> &'
 struct JobEntry<'a> {
     name: &'a str,
     command: [&'a str; 2],
-    gpu_types: Vec<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_types: Option<Vec<&'a str>>,
     iterations: u64,
-    gang: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gang: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alternatives: Option<Vec<Alternative<'a>>>,
     ranks: &'static str,
     arrival: f64,
     restart_cost: f64,
     batch_size: u64,
     throughput: BTreeMap<&'a str, f64>,
+}
+
+/// One `(type, gang)` of a job whose GPUs change with the type.
+#[derive(Serialize)]
+struct Alternative<'a> {
+    #[serde(rename = "type")]
+    gpu_type: &'a str,
+    gang: u32,
 }
 
 #[derive(Serialize)]
@@ -418,13 +511,14 @@ struct JobsFile<'a> {
 /// that makes its time alone there Sia's (0 where it cannot run).
 fn jobs_file(
     jobs: &[SiaJob],
-    kinds: &BTreeMap<(String, u32, u64), Kind>,
+    kinds: &BTreeMap<KindKey, Kind>,
+    shapes: Shapes,
     types: &[SiaType],
     source: &str,
 ) -> String {
     let mut entries = Vec::new();
     for j in jobs {
-        let kind = &kinds[&(j.app.clone(), j.gpus, j.batch)];
+        let kind = &kinds[&kind_key(j, shapes)];
         // Only the types it can run on: a type left out is one the planner
         // never gives it (and that placement checks do not count).
         let throughput: BTreeMap<&str, f64> = types
@@ -434,27 +528,51 @@ fn jobs_file(
                 Some((t.name.as_str(), kind.iterations as f64 / s.max(1.0)))
             })
             .collect();
+        // Fastest first: the planner's preference between equal choices.
+        let mut fastest: Vec<&str> = throughput.keys().copied().collect();
+        fastest.sort_by(|a, b| kind.seconds[*a].total_cmp(&kind.seconds[*b]));
+        // One gang on every type: `gang` and `gpu_types`; otherwise the
+        // gang changes with the type (`alternatives`).
+        let gangs: BTreeSet<u32> = kind.gpus_on.values().copied().collect();
+        let one_gang = (gangs.len() == 1).then(|| gangs.first().copied()).flatten();
         entries.push(JobEntry {
             name: &j.name,
             command: ["sia-job", &j.app],
-            gpu_types: throughput.keys().copied().collect(),
+            gpu_types: one_gang.map(|_| throughput.keys().copied().collect()),
             iterations: kind.iterations,
-            gang: j.gpus,
+            gang: one_gang,
+            alternatives: one_gang.is_none().then(|| {
+                fastest
+                    .iter()
+                    .map(|t| Alternative {
+                        gpu_type: t,
+                        gang: kind.gpus_on[*t],
+                    })
+                    .collect()
+            }),
             // Data-parallel ranks, free to span nodes as in Sia.
             ranks: "gpu",
             arrival: j.time_s,
             restart_cost: kind.restart_s,
-            batch_size: j.batch,
+            batch_size: fastest.first().map_or(j.batch, |t| kind.batch_on[*t]),
             throughput,
         });
     }
     // Strings, numbers and maps of them: serializing cannot fail.
     let body = toml::to_string(&JobsFile { job: entries }).expect("a jobs file serializes");
+    let how = match shapes {
+        Shapes::Submitted => "its GPUs and batch as submitted".to_string(),
+        Shapes::Tuned { min_efficiency } => format!(
+            "on each type, the GPUs and batch its profile trains fastest with alone\n\
+             # at a parallel efficiency of at least {min_efficiency} (--shapes tuned)"
+        ),
+    };
     format!(
-        "# Sia's workload {}, written by `hadar trace import sia`: every job rigid (its\n\
-         # GPUs and batch fixed), its rate on each type set so that alone it trains as long\n\
-         # as in Sia's simulator, `gpu_types` the types where it can run (import.json's\n\
-         # `cannot_run` says why not elsewhere), its restart cost Sia's.\n\
+        "# Sia's workload {}, written by `hadar trace import sia`.\n\
+         # Every job rigid, {how}, fixed;\n\
+         # its rate on each type set so that alone it trains as long as in Sia's simulator,\n\
+         # the types where it can run listed (import.json's `cannot_run` says why not\n\
+         # elsewhere), its restart cost Sia's.\n\
          # For `hadar simulate --jobs`; `command` names Sia's application, not a program:\n\
          # put the job's own command there to run it.\n\n{body}",
         super::read::clean(source)

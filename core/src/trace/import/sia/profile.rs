@@ -228,6 +228,36 @@ impl Profile {
         })
     }
 
+    /// The GPU count and batch a job of this application trains fastest
+    /// with alone on a type of `capacity` GPUs in nodes of `per_node`,
+    /// among those whose GPU time is at most `1 / min_efficiency` times the
+    /// least GPU time any count and batch take (its parallel efficiency:
+    /// more GPUs that add less than that are not asked for). Batches are
+    /// the validated ones; ties go to fewer GPUs, then the smaller batch.
+    pub fn tuned_run(
+        &self,
+        per_node: u32,
+        capacity: u32,
+        min_efficiency: f64,
+    ) -> Option<(u32, u64, LoneRun)> {
+        let runs: Vec<(u32, u64, LoneRun)> = (1..=capacity)
+            .flat_map(|g| self.validation.keys().map(move |&b| (g, b)))
+            .filter_map(|(g, b)| Some((g, b, self.lone_run(g, b, per_node).ok()?)))
+            .collect();
+        let least = runs
+            .iter()
+            .map(|(g, _, r)| f64::from(*g) * r.seconds)
+            .fold(f64::INFINITY, f64::min);
+        runs.into_iter()
+            .filter(|(g, _, r)| least / (f64::from(*g) * r.seconds) >= min_efficiency)
+            .min_by(|a, b| {
+                a.2.seconds
+                    .total_cmp(&b.2.seconds)
+                    .then(a.0.cmp(&b.0))
+                    .then(a.1.cmp(&b.1))
+            })
+    }
+
     /// `update_local_bsz` with the batch fixed: the per-GPU batch of one
     /// pass and the accumulation steps, capped by the largest batch
     /// profiled at this placement and GPU count and by the largest

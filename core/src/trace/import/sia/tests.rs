@@ -91,7 +91,7 @@ fn a_workload_becomes_a_jobs_file_whose_rates_give_sias_times() {
     let dir = sia_dir();
     let types = parse_cluster("aws=1").unwrap();
     let csv = "name,time,application,num_replicas,batch_size,category\nbert-0,0,bert,2,8,rigid\nbert-1,30.5,bert,2,8,rigid\nbert-2,60,bert,8,8,rigid\n";
-    let err = import(csv, "w.csv", dir.path(), &types)
+    let err = import(csv, "w.csv", dir.path(), &types, Shapes::Submitted)
         .unwrap_err()
         .to_string();
     // 8 GPUs do not fit one node of 4.
@@ -101,7 +101,7 @@ fn a_workload_becomes_a_jobs_file_whose_rates_give_sias_times() {
     );
     assert!(err.starts_with("w.csv:4: field `num_replicas`"), "{err}");
     let csv = csv[..csv.rfind("bert-2").unwrap()].replace("bert-1", "bert \"1\"");
-    let imp = import(&csv, "w.csv", dir.path(), &types).unwrap();
+    let imp = import(&csv, "w.csv", dir.path(), &types, Shapes::Submitted).unwrap();
     assert_eq!(imp.summary.jobs, 2);
     assert_eq!(imp.summary.kinds.len(), 1);
     let k = &imp.summary.kinds[0];
@@ -156,7 +156,7 @@ fn bad_inputs_are_refused_with_their_place() {
         ),
     ];
     for (csv, want) in cases {
-        let e = import(csv, "w.csv", dir.path(), &types)
+        let e = import(csv, "w.csv", dir.path(), &types, Shapes::Submitted)
             .unwrap_err()
             .to_string();
         assert!(e.contains(want), "{csv}: {e}");
@@ -172,7 +172,7 @@ fn bad_inputs_are_refused_with_their_place() {
         assert!(e.contains(hint), "{arg}: {e}");
     }
     let csv = "name,time,application,num_replicas,batch_size,category\nx,0,bert,1,4,rigidd\n";
-    let imp = import(csv, "w.csv", dir.path(), &types).unwrap();
+    let imp = import(csv, "w.csv", dir.path(), &types, Shapes::Submitted).unwrap();
     assert!(
         imp.summary.notes[0].contains("rigidd"),
         "{:?}",
@@ -183,8 +183,117 @@ fn bad_inputs_are_refused_with_their_place() {
         "w.csv",
         dir.path(),
         &parse_cluster("rtx=1").unwrap(),
+        Shapes::Submitted,
     )
     .unwrap_err()
     .to_string();
     assert!(e.contains("placements-rtx.csv"), "{e}");
+}
+
+/// A `sia_dir` whose bert on `aws` gets faster with GPUs, less than in
+/// proportion (the fixture's own slows down).
+fn scaling_sia_dir() -> tempfile::TempDir {
+    let dir = sia_dir();
+    std::fs::write(
+        dir.path().join("traces/bert/placements-aws.csv"),
+        "placement,local_bsz,step_time,sync_time\n1,2,0.5,0.05\n1,4,1.0,0.1\n\
+         2,2,0.6,0.1\n2,4,1.1,0.2\n4,1,0.5,0.2\n4,2,0.8,0.3\n4,4,1.3,0.4\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn tuned_shapes_are_the_fastest_run_at_the_efficiency_asked() {
+    let dir = scaling_sia_dir();
+    let p = Profile::read(dir.path(), "bert", "aws").unwrap();
+    let all: Vec<(u32, u64, f64)> = (1..=4)
+        .flat_map(|g| [4, 8].map(move |b| (g, b)))
+        .filter_map(|(g, b)| Some((g, b, p.lone_run(g, b, 4).ok()?.seconds)))
+        .collect();
+    let least = all
+        .iter()
+        .map(|&(g, _, s)| f64::from(g) * s)
+        .fold(f64::INFINITY, f64::min);
+    let mut chosen = Vec::new();
+    for floor in [0.1, 0.5, 0.75, 1.0] {
+        let (g, b, run) = p.tuned_run(4, 4, floor).unwrap();
+        assert_eq!(run.seconds, p.lone_run(g, b, 4).unwrap().seconds);
+        assert!(
+            least / (f64::from(g) * run.seconds) >= floor,
+            "{floor}: {g} GPUs"
+        );
+        // No run efficient enough is faster.
+        for &(g2, b2, s2) in &all {
+            if least / (f64::from(g2) * s2) >= floor {
+                assert!(s2 >= run.seconds, "{floor}: {g2} GPUs batch {b2} is faster");
+            }
+        }
+        chosen.push((g, b));
+    }
+    // At 1 the least GPU time; lower floors buy speed with GPUs.
+    let at_one = chosen[3];
+    assert_eq!(
+        f64::from(at_one.0) * p.lone_run(at_one.0, at_one.1, 4).unwrap().seconds,
+        least
+    );
+    assert_eq!(chosen, [(4, 4), (4, 4), (2, 4), (1, 4)]);
+    // A type too small for any profiled placement has no shape.
+    assert!(p.tuned_run(4, 0, 0.5).is_none());
+}
+
+#[test]
+fn tuned_shapes_whose_gpus_change_with_the_type_are_alternatives() {
+    let dir = scaling_sia_dir();
+    // On rtx the profile has one GPU only.
+    std::fs::write(
+        dir.path().join("traces/bert/placements-rtx.csv"),
+        "placement,local_bsz,step_time,sync_time\n1,2,0.4,0.04\n1,4,0.8,0.08\n",
+    )
+    .unwrap();
+    let types = parse_cluster("aws=1,rtx=1").unwrap();
+    let csv = "name,time,application,num_replicas,batch_size\nb-0,0,bert,1,4\nb-1,5,bert,2,8\n";
+    let imp = import(
+        csv,
+        "w.csv",
+        dir.path(),
+        &types,
+        Shapes::Tuned {
+            min_efficiency: 0.1,
+        },
+    )
+    .unwrap();
+    // One kind: the application alone decides the shapes.
+    assert_eq!(imp.summary.kinds.len(), 1);
+    assert_eq!(
+        (imp.summary.shapes, imp.summary.min_efficiency),
+        ("tuned", Some(0.1))
+    );
+    let k = &imp.summary.kinds[0];
+    assert_eq!((k.jobs, k.gpus, k.batch), (2, None, None));
+    assert_eq!(k.gpus_on["rtx2080ti"], 1);
+    assert!(k.gpus_on["t4"] > 1, "{:?}", k.gpus_on);
+    let file: toml::Value = toml::from_str(&imp.jobs).unwrap();
+    for job in file["job"].as_array().unwrap() {
+        assert!(
+            job.get("gang").is_none() && job.get("gpu_types").is_none(),
+            "{job}"
+        );
+        let alts = job["alternatives"].as_array().unwrap();
+        // Fastest first, each at its type's GPUs; rates give the times.
+        let types: Vec<&str> = alts.iter().map(|a| a["type"].as_str().unwrap()).collect();
+        let mut by_speed = types.clone();
+        by_speed.sort_by(|a, b| k.seconds[*a].total_cmp(&k.seconds[*b]));
+        assert_eq!(types, by_speed);
+        for a in alts {
+            let t = a["type"].as_str().unwrap();
+            assert_eq!(a["gang"].as_integer(), Some(i64::from(k.gpus_on[t])));
+            let rate = job["throughput"][t].as_float().unwrap();
+            assert!((k.iterations as f64 / rate - k.seconds[t]).abs() < 1e-6);
+        }
+    }
+    // Submitted shapes of the same workload keep each job's own GPUs.
+    let imp = import(csv, "w.csv", dir.path(), &types, Shapes::Submitted).unwrap();
+    assert_eq!(imp.summary.kinds.len(), 2);
+    assert!(!imp.jobs.contains("alternatives"), "{}", imp.jobs);
 }
