@@ -77,15 +77,25 @@ PY
     done
     "$hadar" trace import sia --workload "$csv" --sia "$sia" --out "$out/$name" --json >/dev/null
     # The same workload with each job's GPUs and batch tuned per type from
-    # its profile (docs/sia.md); Gavel's policies take one gang per job.
-    "$hadar" trace import sia --workload "$csv" --sia "$sia" --out "$out/$name-tuned" --shapes tuned \
-        --json >/dev/null
-    for pr in "${policies[@]}" tuned-hadar:60 tuned-hadare:60; do
-        p=${pr%:*} round=${pr#*:} dir=$out/$name
-        [[ $p == tuned-* ]] && dir=$out/$name-tuned
-        /usr/bin/time -v -o "$out/$name.hadar-$p.time" "$hadar" simulate --jobs "$dir/jobs.toml" \
-            --cluster "$dir/cluster.toml" --round-seconds "$round" --no-bound --policy "${p#tuned-}" \
-            --json >"$out/$name.hadar-$p.json"
+    # its profile, and elastic (several gangs a type; docs/sia.md); Gavel's
+    # policies take one gang per job, so they run the workload as submitted.
+    for shapes in tuned elastic; do
+        "$hadar" trace import sia --workload "$csv" --sia "$sia" --out "$out/$name-$shapes" \
+            --shapes "$shapes" --json >/dev/null
+    done
+    # RUN:ROUND_S[:EXTRA FLAGS]; RUN is [SHAPES-]POLICY[-NAME].
+    for pr in "${policies[@]}" tuned-hadar:60 elastic-hadar:60 elastic-hadare:60 \
+        "elastic-hadar-price1:60:--hadar-price-base 1"; do
+        IFS=: read -r run round extra <<<"$pr"
+        p=$run dir=$out/$name
+        for shapes in tuned elastic; do
+            [[ $run == "$shapes"-* ]] && p=${run#"$shapes"-} dir=$out/$name-$shapes
+        done
+        p=${p%-price1}
+        # shellcheck disable=SC2086 # EXTRA is flags, split on purpose
+        /usr/bin/time -v -o "$out/$name.hadar-$run.time" "$hadar" simulate --jobs "$dir/jobs.toml" \
+            --cluster "$dir/cluster.toml" --round-seconds "$round" --no-bound --policy "$p" $extra \
+            --json >"$out/$name.hadar-$run.json"
     done
 done
 python3 "$here/scripts/sia_race_table.py" "$out" "$sia" "${workloads[@]}"

@@ -63,14 +63,24 @@ def main():
             submit = {r["name"]: float(r["time"]) for r in csv.DictReader(f)}
         rows = [(f"Sia ({run})", sia_row(out, name, run, submit)) for run in ("adaptive", "rigid")]
         rows.append(("Sia's Gavel port (360 s rounds)", sia_row(out, name, "gavel", submit)))
-        for p in sorted(out.glob(f"{name}.hadar-*.json")):
+        # As submitted first, then tuned, then elastic.
+        def order(p):
+            run = p.name[len(name) + len(".hadar-") : -len(".json")]
+            return (run.startswith("elastic-"), run.startswith("tuned-"), run)
+
+        for p in sorted(out.glob(f"{name}.hadar-*.json"), key=order):
             policy = p.name[len(name) + len(".hadar-") : -len(".json")]
             row = hadar_row(out, name, policy)
             round_s = json.loads(p.read_text())[0]["settings"]["round_s"]
-            if policy.startswith("tuned-"):
-                who = f"Hadar's `{policy[len('tuned-'):]}`, `--shapes tuned` ({round_s:.0f} s rounds)"
-            else:
-                who = f"Hadar's `{policy}` ({round_s:.0f} s rounds)"
+            how = []
+            for shapes in ("tuned", "elastic"):
+                if policy.startswith(shapes + "-"):
+                    policy = policy[len(shapes) + 1 :]
+                    how.append(f"`--shapes {shapes}`")
+            if policy.endswith("-price1"):
+                policy = policy[: -len("-price1")]
+                how.append("`--hadar-price-base 1`")
+            who = ", ".join([f"Hadar's `{policy}`"] + how) + f" ({round_s:.0f} s rounds)"
             rows.append((who, row))
         for who, (mean, tail, makespan, starts, wall, rss) in rows:
             print(f"| {w} | {who} | {mean:,.0f} | {tail:,.0f} | {makespan:,.0f} | {starts:.2f} | {wall:.2f} | {rss:.0f} |")

@@ -186,3 +186,61 @@ fn a_real_run_launches_each_alternative_at_its_gang() {
         assert_eq!(*n, gang, "{flexible:?}");
     }
 }
+
+/// An elastic job (a type listed again with another gang and its rate), as
+/// a user writes it: `hadar simulate` plans its gangs, Gavel's policies and
+/// `hadar run` refuse it saying why.
+#[test]
+fn an_elastic_job_is_simulated_and_refused_where_it_cannot_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = dir.path().join("cluster.toml");
+    std::fs::write(&cluster, "[[node]]\nname = \"n\"\ngpus = { v100 = 8 }\n").expect("cluster");
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        "[[job]]\nname = \"elastic\"\ncommand = [\"true\"]\niterations = 6000\nranks = \"gpu\"\n\
+         alternatives = [{ type = \"v100\", gang = 1 }, { type = \"v100\", gang = 4, throughput = 3600.0 }]\n\
+         throughput = { v100 = 1000.0 }\n",
+    )
+    .expect("jobs");
+    let sim = |policy: &str| {
+        hadar(&[
+            "simulate",
+            "--cluster",
+            path(&cluster),
+            "--jobs",
+            path(&jobs),
+            "--round-seconds",
+            "1",
+            "--policy",
+            policy,
+            "--json",
+        ])
+    };
+    let o = sim("hadar");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    // Faster than its first gang alone (6 s at 1,000/s): it took four
+    // V100s at 3,600/s for at least part of its run.
+    let jct = v[0]["avg_jct_s"].as_f64().expect("jct");
+    assert!((6000.0 / 3600.0 - 1e-9..6.0).contains(&jct), "{v}");
+    let o = sim("fifo_perf");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("or give a type several gangs"), "{err}");
+    let o = hadar(&[
+        "run",
+        "--cluster",
+        path(&cluster),
+        "--jobs",
+        path(&jobs),
+        "--state",
+        path(&dir.path().join("state")),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("`hadar run` cannot start yet") && err.contains("hadar simulate --jobs"),
+        "{err}"
+    );
+}

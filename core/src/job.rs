@@ -68,7 +68,10 @@ pub struct Shape {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     /// The shapes it accepts, in order of preference (a tie between two
-    /// goes to the earlier one); empty: every type at `scale_factor`.
+    /// goes to the earlier one); empty: every type at `scale_factor`. A
+    /// type may come back with another gang (an elastic job): its first
+    /// shape is its gang there ([`Job::gang_on`]), the later ones are the
+    /// other GPU counts the planner may give it ([`Job::more_gangs`]).
     pub shapes: Vec<Shape>,
     /// Whether HadarE may run copies of it (`fork = false` in a jobs file).
     pub fork: bool,
@@ -105,6 +108,17 @@ impl Job {
             .iter()
             .find(|s| s.gpu_type == gpu_type)
             .map(|s| s.gang)
+    }
+
+    /// The shapes on a type that came earlier in its list: the other GPU
+    /// counts an elastic job accepts there, in order.
+    pub fn more_gangs(&self) -> impl Iterator<Item = &Shape> {
+        let shapes = &self.placement.shapes;
+        shapes
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| shapes[..*i].iter().any(|o| o.gpu_type == s.gpu_type))
+            .map(|(_, s)| s)
     }
 }
 

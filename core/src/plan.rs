@@ -94,11 +94,10 @@ fn uneven_rate(workload: &Workload, task: &Task) -> f64 {
         .iter()
         .map(|&g| {
             let ty = cluster.gpu(g).gpu_type;
-            let r = if workload.gang(j, ty) == Some(size) {
-                workload.rate(j, ty)
-            } else {
-                workload.rate_at(j, size, ty).unwrap_or(0.0)
-            };
+            let r = workload
+                .gang_rate(j, ty, size)
+                .or_else(|| workload.rate_at(j, size, ty))
+                .unwrap_or(0.0);
             r / f64::from(size)
         })
         .sum()
@@ -122,13 +121,13 @@ pub fn task_rate(workload: &Workload, task: &Task, mixed: MixedRate) -> f64 {
             continue;
         }
         seen |= bit;
-        // The table's rate at the job's gang on that type (0 where it does
-        // not accept the type), else at the task's size (a HadarE copy).
-        let r = if workload.gang(j, ty) == Some(size) {
-            workload.rate(j, ty)
-        } else {
-            workload.rate_at(j, size, ty).unwrap_or(0.0)
-        };
+        // The table's rate at the job's gang on that type (or another gang
+        // of an elastic job; 0 where it does not accept the type), else at
+        // the task's size (a HadarE copy).
+        let r = workload
+            .gang_rate(j, ty, size)
+            .or_else(|| workload.rate_at(j, size, ty))
+            .unwrap_or(0.0);
         min = min.min(r);
         sum += r;
         n += 1;

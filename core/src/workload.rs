@@ -34,6 +34,20 @@ pub struct Workload {
     /// Seconds a start or move costs a job that sets none of its own
     /// ([`Job::restart_s`]); 0: free, as in Gavel's simulator.
     restart_default_s: f64,
+    /// Elastic jobs' other gangs, by job: (type, gang, steps/s of that
+    /// gang) where the table has a rate (sparse: most jobs have none).
+    more: Vec<Vec<MoreGang>>,
+}
+
+/// One more gang an elastic job accepts on a type ([`Job::more_gangs`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoreGang {
+    /// The type.
+    pub ty: GpuTypeId,
+    /// GPUs.
+    pub gang: u32,
+    /// Steps/s of that gang there.
+    pub rate: f64,
 }
 
 impl Workload {
@@ -59,6 +73,7 @@ impl Workload {
             check_room(job, at, &wanted, room)?;
         }
         let (key_of, colocated) = colocation(&jobs, &cluster, &table);
+        let more = more_gangs(&jobs, &cluster, &table);
         Ok(Self {
             jobs,
             cluster,
@@ -69,6 +84,7 @@ impl Workload {
             key_of,
             colocated,
             restart_default_s: 0.0,
+            more,
         })
     }
 
@@ -176,10 +192,40 @@ impl Workload {
     }
 
     /// Whether job `job`'s gang has one size on every type it accepts (so
-    /// one gang may span types); false for alternatives of different sizes.
+    /// one gang may span types); false for alternatives of different sizes
+    /// and for an elastic job.
     pub fn uniform_gang(&self, job: usize) -> bool {
         let sf = self.jobs[job].scale_factor;
-        self.gangs_of(job).iter().all(|&g| g == 0 || g == sf)
+        self.gangs_of(job).iter().all(|&g| g == 0 || g == sf) && self.more[job].is_empty()
+    }
+
+    /// An elastic job's other gangs than [`Workload::gang`], each with its
+    /// rate (empty for most jobs).
+    pub fn more_gangs(&self, job: usize) -> &[MoreGang] {
+        &self.more[job]
+    }
+
+    /// Job `job`'s fastest rate: of its gang on any type, or of any other
+    /// gang it accepts.
+    pub fn best_rate(&self, job: usize) -> f64 {
+        self.rates_of(job)
+            .iter()
+            .copied()
+            .chain(self.more[job].iter().map(|m| m.rate))
+            .fold(0.0, f64::max)
+    }
+
+    /// Steps/s of job `job` as one task of `n` GPUs of type `ty` only: its
+    /// gang there, or one of its other gangs; `None` where it accepts no
+    /// such gang.
+    pub fn gang_rate(&self, job: usize, ty: GpuTypeId, n: u32) -> Option<f64> {
+        if self.gang(job, ty) == Some(n) {
+            return Some(self.rate(job, ty));
+        }
+        self.more[job]
+            .iter()
+            .find(|m| m.ty == ty && m.gang == n)
+            .map(|m| m.rate)
     }
 
     /// The gang job `job` needs on `gpus`' types: its gang there when they
@@ -189,6 +235,14 @@ impl Workload {
     pub fn gang_for(&self, job: usize, gpus: &[crate::cluster::GpuId]) -> Option<u32> {
         let mut types = gpus.iter().map(|&g| self.cluster.gpu(g).gpu_type);
         let first = types.next()?;
+        // An elastic job's other gang: all on one type, that many GPUs.
+        let n = gpus.len() as u32;
+        if self.gang(job, first) != Some(n)
+            && self.more[job].iter().any(|m| m.ty == first && m.gang == n)
+            && gpus.iter().all(|&g| self.cluster.gpu(g).gpu_type == first)
+        {
+            return Some(n);
+        }
         let gang = self.gang(job, first)?;
         types
             .all(|ty| self.gang(job, ty) == Some(gang))
@@ -427,18 +481,55 @@ fn check_shapes(job: &Job, cluster: &Cluster, at: &Location) -> Result<()> {
         }
         if job.placement.shapes[..i]
             .iter()
-            .any(|s| s.gpu_type == shape.gpu_type)
+            .any(|s| s.gpu_type == shape.gpu_type && s.gang == shape.gang)
         {
             return Err(Error::inconsistent(
                 field,
                 format!(
-                    "{what} lists GPU type `{}` twice; give each type once",
-                    shape.gpu_type
+                    "{what} lists GPU type `{}` twice with a gang of {}; give each \
+                     (type, gang) once",
+                    shape.gpu_type, shape.gang
                 ),
             ));
         }
     }
     Ok(())
+}
+
+/// Each job's other gangs ([`Job::more_gangs`]) that the table rates and
+/// the cluster can hold: on one node for a job whose task may not span
+/// nodes. (A table without one, as a planner's estimated view may be,
+/// leaves the gang out: the planner does not offer what it cannot rate;
+/// nor one no placement holds, which it would plan and never run.)
+fn more_gangs(jobs: &[Job], cluster: &Cluster, table: &ThroughputTable) -> Vec<Vec<MoreGang>> {
+    let per_type = cluster.gpus_per_type();
+    let on_one_node = |ty: GpuTypeId| {
+        cluster
+            .nodes()
+            .iter()
+            .flat_map(|n| n.gpus.iter().filter(|(t, _)| *t == ty).map(|(_, c)| *c))
+            .max()
+            .unwrap_or(0)
+    };
+    jobs.iter()
+        .map(|job| {
+            job.more_gangs()
+                .filter_map(|s| {
+                    let ty = cluster.gpu_type_id(&s.gpu_type)?;
+                    let room = match job.placement.span_nodes {
+                        true => per_type[ty.index()],
+                        false => on_one_node(ty),
+                    };
+                    let rate = table.isolated(&job.job_type, s.gang, &s.gpu_type)?;
+                    (rate > 0.0 && s.gang <= room).then_some(MoreGang {
+                        ty,
+                        gang: s.gang,
+                        rate,
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// One measured pair of a key's row: the other key, the GPU type, and both
@@ -580,7 +671,7 @@ mod tests {
             ),
             (
                 &[("v100", 1), ("v100", 1)][..],
-                "lists GPU type `v100` twice",
+                "lists GPU type `v100` twice with a gang of 1",
             ),
             (&[("v100", 0)][..], "gang 0 on `v100`"),
         ] {
@@ -598,5 +689,46 @@ mod tests {
             err.contains("GPU type `a100` is not in the throughput table"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_elastic_job_s_other_gangs_are_those_rated_that_a_placement_holds() {
+        let mut table = ThroughputTable::default();
+        for (gang, rate) in [(1, 10.0), (2, 18.0), (4, 30.0), (8, 40.0)] {
+            table.set_isolated("e", gang, "v100", rate);
+        }
+        let table = Arc::new(table);
+        // Two nodes of two V100s.
+        let cluster = Arc::new(Cluster::from_short_form("v100=4", 2).unwrap());
+        let elastic = |span_nodes: bool| {
+            let mut j = job("e", 1);
+            j.placement.span_nodes = span_nodes;
+            // 3 has no rate, 8 more GPUs than the cluster has.
+            j.placement.shapes = [1, 2, 3, 4, 8]
+                .map(|gang| crate::job::Shape {
+                    gpu_type: "v100".into(),
+                    gang,
+                })
+                .to_vec();
+            j
+        };
+        let v100 = GpuTypeId(0);
+        let w = Workload::new(vec![elastic(true)], cluster.clone(), table.clone(), "t").unwrap();
+        let more: Vec<(u32, f64)> = w.more_gangs(0).iter().map(|m| (m.gang, m.rate)).collect();
+        assert_eq!(more, [(2, 18.0), (4, 30.0)]);
+        assert_eq!((w.gang(0, v100), w.rate(0, v100)), (Some(1), 10.0));
+        assert_eq!(w.gang_rate(0, v100, 4), Some(30.0));
+        assert_eq!(w.gang_rate(0, v100, 3), None);
+        assert_eq!(w.best_rate(0), 30.0);
+        assert!(!w.uniform_gang(0));
+        let gpus: Vec<crate::cluster::GpuId> = (0..4).map(crate::cluster::GpuId).collect();
+        assert_eq!(w.gang_for(0, &gpus), Some(4));
+        // Three GPUs: no gang of its; the type's first gang is what the
+        // engine then holds them against (and refuses).
+        assert_eq!(w.gang_for(0, &gpus[..3]), Some(1));
+        // A task that may not span nodes: at most a node's two.
+        let w = Workload::new(vec![elastic(false)], cluster, table, "t").unwrap();
+        let more: Vec<u32> = w.more_gangs(0).iter().map(|m| m.gang).collect();
+        assert_eq!(more, [2]);
     }
 }

@@ -123,7 +123,7 @@ pub struct RunJob {
 }
 
 /// One of a job's alternatives: a GPU type and its gang size there.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Alternative {
     /// GPU type name, as the cluster file names it.
@@ -131,6 +131,11 @@ pub struct Alternative {
     pub gpu_type: String,
     /// GPUs at once on that type.
     pub gang: u32,
+    /// Iterations/s of this gang, for a type the job lists again with
+    /// another gang (an elastic job; the type's first gang takes its rate
+    /// from the job's `throughput`).
+    #[serde(default)]
+    pub throughput: Option<f64>,
 }
 
 impl RunJob {
@@ -501,15 +506,7 @@ fn check_shapes(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
                 "must be at least 1",
             ));
         }
-        if shapes[..i].iter().any(|o| o.gpu_type == s.gpu_type) {
-            return Err(Error::parse(
-                f(&format!("{field}[{i}]")),
-                format!(
-                    "GPU type `{}` appears twice; give each type once",
-                    s.gpu_type
-                ),
-            ));
-        }
+        check_more_gang(j, i, f)?;
     }
     if !shapes.is_empty() {
         if let Some(ty) = j
@@ -525,6 +522,96 @@ fn check_shapes(j: &RunJob, f: &dyn Fn(&str) -> Location) -> Result<()> {
                     accepted.join(", ")
                 ),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks shape `i` of `j` against the ones before it: a type listed again
+/// (an elastic job: only in `alternatives`) comes with another gang and
+/// its own `throughput`; a type's first alternative takes its rate from the
+/// job's `throughput` map.
+fn check_more_gang(j: &RunJob, i: usize, f: &dyn Fn(&str) -> Location) -> Result<()> {
+    let shapes = j.shapes();
+    let s = &shapes[i];
+    let earlier: Vec<&Shape> = shapes[..i]
+        .iter()
+        .filter(|o| o.gpu_type == s.gpu_type)
+        .collect();
+    let Some(alts) = &j.alternatives else {
+        if earlier.is_empty() {
+            return Ok(());
+        }
+        return Err(Error::parse(
+            f(&format!("gpu_types[{i}]")),
+            format!(
+                "GPU type `{}` appears twice; give each type once",
+                s.gpu_type
+            ),
+        ));
+    };
+    let at = |what: &str| f(&format!("alternatives[{i}]{what}"));
+    let rate = alts[i].throughput;
+    if earlier.is_empty() {
+        return match rate {
+            None => Ok(()),
+            Some(_) => Err(Error::parse(
+                at(".throughput"),
+                format!(
+                    "only a type listed again takes a rate here; give the rate of `{}`'s \
+                     first gang in the job's `throughput`",
+                    s.gpu_type
+                ),
+            )),
+        };
+    }
+    if earlier.iter().any(|o| o.gang == s.gang) {
+        return Err(Error::parse(
+            at(""),
+            format!(
+                "GPU type `{}` with a gang of {} appears twice; give each (type, gang) once",
+                s.gpu_type, s.gang
+            ),
+        ));
+    }
+    match rate {
+        Some(r) if r.is_finite() && r > 0.0 => Ok(()),
+        Some(r) => Err(Error::parse(
+            at(".throughput"),
+            format!("{r} is not a rate above 0 (iterations per second of this gang)"),
+        )),
+        None => Err(Error::parse(
+            at(""),
+            format!(
+                "`{}` is listed again with a gang of {} (an elastic job): give this gang's \
+                 rate, `throughput = <iterations/s>`, in the alternative",
+                s.gpu_type, s.gang
+            ),
+        )),
+    }
+}
+
+/// Refuses jobs that list a type with several gangs (elastic jobs): a real
+/// run starts a type's first gang only for now, so it would never use the
+/// others; simulate them with `hadar simulate --jobs`.
+pub fn refuse_elastic(jobs: &[RunJob]) -> Result<()> {
+    for (i, j) in jobs.iter().enumerate() {
+        let shapes = j.shapes();
+        if let Some(s) = shapes
+            .iter()
+            .enumerate()
+            .find(|(k, s)| shapes[..*k].iter().any(|o| o.gpu_type == s.gpu_type))
+            .map(|(_, s)| s)
+        {
+            return Err(Error::Inconsistent {
+                location: Location::new("the jobs file").field(format!("job[{i}].alternatives")),
+                message: format!(
+                    "job `{}` lists GPU type `{}` with more than one gang (an elastic job), \
+                     which `hadar run` cannot start yet (`hadar simulate --jobs` plans it); \
+                     keep one gang for each type to run it",
+                    j.name, s.gpu_type
+                ),
+            });
         }
     }
     Ok(())
@@ -698,6 +785,12 @@ pub fn to_model(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Job>, ThroughputT
                 };
                 table.set_isolated(&j.name, kinds[k].scale_factor, ty, rate);
             }
+            // An elastic job's other gangs, at the rates their alternatives give.
+            for a in j.alternatives.iter().flatten() {
+                if let (Some(rate), true) = (a.throughput, gpu_types.contains(&a.gpu_type)) {
+                    table.set_isolated(&j.name, a.gang, &a.gpu_type, rate);
+                }
+            }
             // Types the cluster lacks are kept (the table is the file's).
             for (ty, rate) in j.throughput.iter().filter(|(t, _)| !gpu_types.contains(t)) {
                 let gang = j.gang_on(ty).unwrap_or(j.gang());
@@ -830,7 +923,22 @@ mod tests {
             (
                 "alternatives = [{ type = \"v100\", gang = 1 }, { type = \"v100\", gang = 2 }]\n\
                  throughput = { v100 = 1.0 }",
-                "job[0].alternatives[1]`: GPU type `v100` appears twice",
+                "job[0].alternatives[1]`: `v100` is listed again with a gang of 2 (an elastic \
+                 job): give this gang's rate",
+            ),
+            (
+                "alternatives = [{ type = \"v100\", gang = 1 }, { type = \"v100\", gang = 1, \
+                 throughput = 2.0 }]\nthroughput = { v100 = 1.0 }",
+                "job[0].alternatives[1]`: GPU type `v100` with a gang of 1 appears twice",
+            ),
+            (
+                "alternatives = [{ type = \"v100\", gang = 1 }, { type = \"v100\", gang = 2, \
+                 throughput = 0.0 }]\nthroughput = { v100 = 1.0 }",
+                "job[0].alternatives[1].throughput`: 0 is not a rate above 0",
+            ),
+            (
+                "alternatives = [{ type = \"v100\", gang = 1, throughput = 2.0 }]",
+                "job[0].alternatives[0].throughput`: only a type listed again takes a rate here",
             ),
             (
                 "gpu_types = [\"k80\", \"k80\"]\nthroughput = { k80 = 1.0 }",
@@ -849,6 +957,44 @@ mod tests {
             let err = parse_jobs(&one(bad), "j.toml").unwrap_err().to_string();
             assert!(err.contains(needle), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn an_elastic_job_lists_a_type_again_with_the_other_gang_s_rate() {
+        let text = "[[job]]\nname = \"e\"\ncommand = [\"t\"]\niterations = 10\n\
+             alternatives = [{ type = \"a100\", gang = 2 }, { type = \"v100\", gang = 4 }, \
+             { type = \"a100\", gang = 4, throughput = 30.0 }]\n\
+             throughput = { a100 = 20.0, v100 = 12.0 }\n";
+        let jobs = parse_jobs(text, "j.toml").unwrap();
+        let types: Vec<String> = ["a100", "v100"].map(String::from).to_vec();
+        let (model, table, estimated) = to_model(&jobs, &types);
+        assert_eq!(estimated, 0);
+        // The type's first gang is its gang there; the other is the table's
+        // rate at that gang.
+        assert_eq!(model[0].gang_on("a100"), Some(2));
+        assert_eq!(table.isolated("e", 2, "a100"), Some(20.0));
+        assert_eq!(table.isolated("e", 4, "a100"), Some(30.0));
+        let more: Vec<(&str, u32)> = model[0]
+            .more_gangs()
+            .map(|s| (s.gpu_type.as_str(), s.gang))
+            .collect();
+        assert_eq!(more, [("a100", 4)]);
+        // A real run refuses it, saying what to do.
+        let err = refuse_elastic(&jobs).unwrap_err().to_string();
+        assert!(
+            err.contains("job[0].alternatives")
+                && err.contains("`e` lists GPU type `a100` with more than one gang")
+                && err.contains("hadar simulate --jobs"),
+            "{err}"
+        );
+        let plain = parse_jobs(
+            &text.replace(", throughput = 30.0", "").replace(
+                "{ type = \"a100\", gang = 4 }]",
+                "{ type = \"k80\", gang = 4 }]",
+            ),
+            "j.toml",
+        );
+        assert!(refuse_elastic(&plain.unwrap()).is_ok());
     }
 
     #[test]

@@ -575,6 +575,7 @@ pub async fn run(
     if config.guards.fresh {
         start_over(&config, &backend).await?;
     }
+    jobs::refuse_elastic(&config.jobs)?;
     jobs::check_placeable(
         &config.jobs,
         &config.cluster,

@@ -168,6 +168,9 @@ pub enum SiaShapes {
     Submitted,
     /// Per type, the fastest GPUs and batch above an efficiency floor.
     Tuned,
+    /// As `tuned`, and per type the shapes of other floors as further
+    /// gangs the planner may pick each round (Hadar's policies only).
+    Elastic,
 }
 
 /// What every import takes.
@@ -264,7 +267,14 @@ pub fn run(cmd: ImportCommand) -> Result<(), CliError> {
         } => {
             let shapes = match shapes {
                 SiaShapes::Submitted => import::sia::Shapes::Submitted,
-                SiaShapes::Tuned => import::sia::Shapes::Tuned { min_efficiency },
+                SiaShapes::Tuned => import::sia::Shapes::Tuned {
+                    min_efficiency,
+                    elastic: false,
+                },
+                SiaShapes::Elastic => import::sia::Shapes::Tuned {
+                    min_efficiency,
+                    elastic: true,
+                },
             };
             return super::import_sia::run(&workload, &sia, &sia_cluster, shapes, &out, json);
         }

@@ -22,7 +22,7 @@ pub fn run(
 ) -> Result<(), CliError> {
     // A malformed value on the command line is a usage error (exit 2).
     let types = sia::parse_cluster(cluster).map_err(|e| CliError::Usage(e.to_string()))?;
-    if let sia::Shapes::Tuned { min_efficiency } = shapes {
+    if let sia::Shapes::Tuned { min_efficiency, .. } = shapes {
         if !(min_efficiency > 0.0 && min_efficiency <= 1.0) {
             return Err(CliError::Usage(format!(
                 "--min-efficiency {min_efficiency}: give a fraction above 0 and at most 1 \

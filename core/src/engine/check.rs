@@ -204,7 +204,7 @@ pub(super) fn place_on_one_node(
         };
         let moved = types
             .iter()
-            .filter(|&&ty| workload.gang(t.job.index(), ty) == Some(n as u32))
+            .filter(|&&ty| workload.gang_rate(t.job.index(), ty, n as u32).is_some())
             .flat_map(|&ty| {
                 (0..cluster.nodes().len())
                     .filter(|&node| !gone.contains(&cluster.nodes()[node].name))
@@ -290,7 +290,7 @@ pub(crate) fn affordable(workload: &Workload, round_s: f64) -> Result<()> {
                 ),
             ));
         }
-        let best = workload.rates_of(j).iter().copied().fold(0.0, f64::max);
+        let best = workload.best_rate(j);
         if best <= 0.0 {
             continue; // the scheduler's own check names jobs that cannot run
         }

@@ -340,3 +340,86 @@ fn a_type_no_job_accepts_needs_no_rates() {
         "{err}"
     );
 }
+
+/// An elastic job: one A100 at 10 steps/s, or two at 18.
+fn elastic(id: usize, name: &str, steps: u64) -> Job {
+    job(id, name, steps, vec![shape("a100", 1), shape("a100", 2)])
+}
+
+#[test]
+fn an_elastic_job_alone_takes_its_faster_gang() {
+    let w = workload(
+        vec![elastic(0, "x", 36_000)],
+        &[("x", "a100", 1, 10.0), ("x", "a100", 2, 18.0)],
+    );
+    assert_eq!(w.more_gangs(0).len(), 1);
+    let r = run(&w, PolicyKind::HADAR, SimSettings::default()).unwrap();
+    // Its first round on one A100 (both committed at once cost more under
+    // the price ratio than the hour they save), then on two: 360 s at 10
+    // steps/s, the other 32,400 at 18 (the engine's rate for that gang).
+    let p = placements(&r, 0);
+    assert_eq!(p.last(), Some(&("a100".to_string(), 2)), "{p:?}");
+    let jct = r.jobs[0].jct_s.unwrap();
+    assert!((jct - 2_160.0).abs() < 1.0, "{jct}");
+    // The no-queueing bound knows the bigger gang's rate.
+    let e = Experiment::new(w.clone(), SimSettings::default()).unwrap();
+    let b = e.bounds();
+    assert!((b.mean_jct_s - 2_000.0).abs() < 1e-6, "{b:?}");
+    // The makespan LP does not model a type's second gang: left out.
+    assert_eq!(b.makespan_s, None);
+}
+
+#[test]
+fn elastic_jobs_are_planned_by_hadar_only_and_with_known_rates() {
+    let w = workload(
+        vec![elastic(0, "x", 36_000)],
+        &[("x", "a100", 1, 10.0), ("x", "a100", 2, 18.0)],
+    );
+    let err = run(
+        &w,
+        PolicyKind::parse("max_min_fairness_perf").unwrap(),
+        SimSettings::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("or give a type several gangs"), "{err}");
+    // Learning rates, the planner sees the gangs whose rates it learns (a
+    // type's first): it never plans the other, whose rate it would only
+    // know from the truth.
+    let settings = SimSettings {
+        knowledge: KnowledgeSettings {
+            throughput_knowledge: ThroughputKnowledge::Measured,
+            ..KnowledgeSettings::default()
+        },
+        ..SimSettings::default()
+    };
+    let r = run(&w, PolicyKind::HADAR, settings).unwrap();
+    assert_eq!(placements(&r, 0), vec![("a100".to_string(), 1)]);
+}
+
+#[test]
+fn elastic_jobs_share_the_gpus_when_both_want_them() {
+    // Two elastic jobs and two A100s: the shorter one takes both while the
+    // other waits only if that lowers the mean JCT; here (18 steps/s for
+    // two GPUs against 2 x 10) each runs on one, and the longer takes both
+    // once the shorter is done.
+    let w = workload(
+        vec![elastic(0, "x", 36_000), elastic(1, "y", 9_000)],
+        &[
+            ("x", "a100", 1, 10.0),
+            ("x", "a100", 2, 18.0),
+            ("y", "a100", 1, 10.0),
+            ("y", "a100", 2, 18.0),
+        ],
+    );
+    let r = run(&w, PolicyKind::HADAR, SimSettings::default()).unwrap();
+    let x = placements(&r, 0);
+    assert!(x.contains(&("a100".to_string(), 2)), "{x:?}");
+    // Both jobs finish, every task at one of the job's gangs.
+    for j in 0..2 {
+        assert!(r.jobs[j].jct_s.is_some());
+        for (ty, n) in placements(&r, j as u32) {
+            assert!(ty == "a100" && (n == 1 || n == 2), "{ty} {n}");
+        }
+    }
+}

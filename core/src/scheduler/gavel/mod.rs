@@ -571,7 +571,8 @@ fn refuse_alternatives(kind: PolicyKind, workload: &Workload) -> Result<()> {
         "policy",
         format!(
             "{kind} cannot plan job {} (`{}`): its `alternatives` change the gang size with \
-             the GPU type, and Gavel's policies give a job one gang size on every type; use \
+             the GPU type (or give a type several gangs), and Gavel's policies give a job one \
+             gang size on every type; use \
              hadar, hadar:makespan, hadare or hadare:makespan, or give the job one gang \
              (`gang` with `gpu_types`)",
             job.id, job.job_type

@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::job::JobId;
 use crate::scheduler::{Decision, RoundContext};
-use crate::workload::Workload;
+use crate::workload::{MoreGang, Workload};
 
 use super::prices::PriceGrid;
 use super::restarts::Restarts;
@@ -114,9 +114,15 @@ impl HadarScheduler {
             } else {
                 Vec::new()
             };
-            let options = subroutine::options(&view, grid, sub_ctx, &mut self.scratch);
-            let best_alone =
-                view.remaining / view.rates.iter().copied().fold(0.0, f64::max).max(1e-12);
+            let more = variants(&view, ctx.workload.more_gangs(j.index()));
+            let (options, view) = best_variant(view, &more, grid, sub_ctx, &mut self.scratch);
+            let fastest = more
+                .iter()
+                .flat_map(|(r, _)| r.iter())
+                .chain(view.rates)
+                .copied()
+                .fold(0.0, f64::max);
+            let best_alone = view.remaining / fastest.max(1e-12);
             let limit = self.settings.admission
                 * sub_ctx.utility.loss(
                     view.weight,
@@ -178,9 +184,25 @@ impl HadarScheduler {
                 j,
                 self.settings.uneven_credit,
             );
-            if let Some(take) =
+            let more = variants(&view, ctx.workload.more_gangs(j.index()));
+            let take = if more.is_empty() {
                 subroutine::backfill(&view, grid, self.settings.mixed_types, &mut self.scratch)
-            {
+            } else {
+                let views: Vec<JobView<'_>> = std::iter::once(view)
+                    .chain(more.iter().map(|(rates, gangs)| JobView {
+                        rates,
+                        gangs,
+                        ..view
+                    }))
+                    .collect();
+                subroutine::backfill_fastest(
+                    &views,
+                    grid,
+                    self.settings.mixed_types,
+                    &mut self.scratch,
+                )
+            };
+            if let Some(take) = take {
                 now.push((j, take));
                 if let Some(e) = pending_explanation
                     .as_mut()
@@ -190,6 +212,54 @@ impl HadarScheduler {
                 }
             }
         }
+    }
+}
+
+/// An elastic job's other ways to run: per other gang, its rates and
+/// gangs by type with that type's swapped for the other gang (empty for a
+/// job of one gang a type).
+fn variants(view: &JobView<'_>, more: &[MoreGang]) -> Vec<(Vec<f64>, Vec<u32>)> {
+    more.iter()
+        .map(|m| {
+            let (mut rates, mut gangs) = (view.rates.to_vec(), view.gangs.to_vec());
+            rates[m.ty.index()] = m.rate;
+            gangs[m.ty.index()] = m.gang;
+            (rates, gangs)
+        })
+        .collect()
+}
+
+/// The schedules of the job seen as `view` or as any of its `more`
+/// variants (an elastic job is planned at each of its gangs): those of the
+/// one whose best schedule scores lowest, and that view.
+fn best_variant<'a>(
+    view: JobView<'a>,
+    more: &'a [(Vec<f64>, Vec<u32>)],
+    grid: &PriceGrid,
+    sub_ctx: &Context,
+    scratch: &mut subroutine::Scratch,
+) -> (Vec<subroutine::Candidate>, JobView<'a>) {
+    let mut best = (subroutine::options(&view, grid, sub_ctx, scratch), view);
+    for (rates, gangs) in more {
+        let other = JobView {
+            rates,
+            gangs,
+            ..view
+        };
+        let o = subroutine::options(&other, grid, sub_ctx, scratch);
+        if better(&o, &best.0) {
+            best = (o, other);
+        }
+    }
+    best
+}
+
+/// Whether schedules `a` beat `b`: a lower best score (none is worst).
+fn better(a: &[subroutine::Candidate], b: &[subroutine::Candidate]) -> bool {
+    match (a.first(), b.first()) {
+        (Some(x), Some(y)) => x.score() < y.score(),
+        (Some(_), None) => true,
+        _ => false,
     }
 }
 

@@ -38,7 +38,7 @@ impl HadarScheduler {
             .iter()
             .map(|&j| {
                 let job = &w.jobs()[j.index()];
-                let best = w.rates_of(j.index()).iter().copied().fold(0.0, f64::max);
+                let best = w.best_rate(j.index());
                 let left = ctx.state.remaining(w, j) as f64 / best.max(1e-12);
                 let key = match self.order {
                     JobOrder::ShortestFirst => {

@@ -262,6 +262,39 @@ pub fn backfill(
     Some(scratch.take.clone())
 }
 
+/// [`backfill`] for a job seen several ways (an elastic job's gangs,
+/// [`crate::workload::Workload::more_gangs`]): of the gangs that fit now,
+/// the one that runs fastest is committed.
+pub fn backfill_fastest(
+    views: &[JobView<'_>],
+    grid: &mut PriceGrid,
+    mixed: bool,
+    scratch: &mut Scratch,
+) -> Option<Vec<(usize, u32)>> {
+    let mut best: Option<(f64, Vec<(usize, u32)>)> = None;
+    for view in views {
+        sort_by_speed(view, scratch);
+        let Some((_, rate)) = take_gpus(
+            grid,
+            0,
+            &scratch.types_by_speed,
+            mixed,
+            view,
+            &mut scratch.take,
+        ) else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|(r, _)| rate > *r) {
+            best = Some((rate, scratch.take.clone()));
+        }
+    }
+    let (_, take) = best?;
+    for &(w, n) in &take {
+        grid.commit(0, w, n);
+    }
+    Some(take)
+}
+
 /// Fills `scratch.types_by_speed` with the types the job can run on, fastest first.
 fn sort_by_speed(job: &JobView<'_>, scratch: &mut Scratch) {
     let k = job.rates.len();

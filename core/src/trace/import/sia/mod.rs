@@ -223,6 +223,9 @@ pub struct Kind {
     pub gpus_on: BTreeMap<String, u32>,
     /// Its global batch on each type it can run on (`batch` unless tuned).
     pub batch_on: BTreeMap<String, u64>,
+    /// An elastic job's other shapes on each type: GPUs, batch, seconds
+    /// alone.
+    pub more_on: BTreeMap<String, Vec<(u32, u64, f64)>>,
     /// Why it cannot run on the other types.
     pub cannot_run: BTreeMap<String, String>,
 }
@@ -239,8 +242,16 @@ pub enum Shapes {
     Tuned {
         /// The least parallel efficiency accepted, in (0, 1].
         min_efficiency: f64,
+        /// Whether each type also offers the shapes of the other floors of
+        /// [`ELASTIC_FLOORS`] (an elastic job: the planner picks a gang
+        /// each round).
+        elastic: bool,
     },
 }
+
+/// The parallel efficiencies whose tuned shapes an elastic import offers
+/// besides the first (`--shapes elastic`).
+pub const ELASTIC_FLOORS: [f64; 8] = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
 
 /// Sia's job categories (`cluster.py`); a workload may leave them out.
 const CATEGORIES: [&str; 3] = ["rigid", "adaptive", "scale-gpus"];
@@ -322,11 +333,12 @@ pub fn import(
             categories,
             shapes: match shapes {
                 Shapes::Submitted => "submitted",
-                Shapes::Tuned { .. } => "tuned",
+                Shapes::Tuned { elastic: false, .. } => "tuned",
+                Shapes::Tuned { elastic: true, .. } => "elastic",
             },
             min_efficiency: match shapes {
                 Shapes::Submitted => None,
-                Shapes::Tuned { min_efficiency } => Some(min_efficiency),
+                Shapes::Tuned { min_efficiency, .. } => Some(min_efficiency),
             },
             kinds: kinds.into_values().collect(),
             cluster_gpus: types
@@ -413,11 +425,21 @@ fn kind_of<'p>(
 ) -> Kind {
     let mut runs: Vec<(&SiaType, u32, u64, LoneRun)> = Vec::new();
     let mut cannot_run = BTreeMap::new();
+    let mut more_on = BTreeMap::new();
     for t in types {
         let p = profile(t);
-        if let Shapes::Tuned { min_efficiency } = shapes {
+        if let Shapes::Tuned {
+            min_efficiency,
+            elastic,
+        } = shapes
+        {
             match p.tuned_run(t.per_node, t.per_node * t.nodes, min_efficiency) {
-                Some((g, b, run)) => runs.push((t, g, b, run)),
+                Some((g, b, run)) => {
+                    if elastic {
+                        more_on.insert(t.name.clone(), other_gangs(p, t, g));
+                    }
+                    runs.push((t, g, b, run));
+                }
                 None => {
                     cannot_run.insert(t.name.clone(), "no GPU count and batch runs".into());
                 }
@@ -471,8 +493,24 @@ fn kind_of<'p>(
             .iter()
             .map(|(t, _, b, _)| (t.name.clone(), *b))
             .collect(),
+        more_on,
         cannot_run,
     }
+}
+
+/// An elastic job's other shapes on type `t` besides its gang `first`:
+/// the tuned shapes of [`ELASTIC_FLOORS`], each GPU count once (GPUs,
+/// batch, seconds alone).
+fn other_gangs(p: &Profile, t: &SiaType, first: u32) -> Vec<(u32, u64, f64)> {
+    let mut more: Vec<(u32, u64, f64)> = Vec::new();
+    for floor in ELASTIC_FLOORS {
+        if let Some((g, b, run)) = p.tuned_run(t.per_node, t.per_node * t.nodes, floor) {
+            if g != first && !more.iter().any(|m| m.0 == g) {
+                more.push((g, b, run.seconds));
+            }
+        }
+    }
+    more
 }
 
 /// One job of the jobs file.
@@ -500,6 +538,8 @@ struct Alternative<'a> {
     #[serde(rename = "type")]
     gpu_type: &'a str,
     gang: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    throughput: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -534,22 +574,17 @@ fn jobs_file(
         // One gang on every type: `gang` and `gpu_types`; otherwise the
         // gang changes with the type (`alternatives`).
         let gangs: BTreeSet<u32> = kind.gpus_on.values().copied().collect();
-        let one_gang = (gangs.len() == 1).then(|| gangs.first().copied()).flatten();
+        let elastic = kind.more_on.values().any(|m| !m.is_empty());
+        let one_gang = (gangs.len() == 1 && !elastic)
+            .then(|| gangs.first().copied())
+            .flatten();
         entries.push(JobEntry {
             name: &j.name,
             command: ["sia-job", &j.app],
             gpu_types: one_gang.map(|_| throughput.keys().copied().collect()),
             iterations: kind.iterations,
             gang: one_gang,
-            alternatives: one_gang.is_none().then(|| {
-                fastest
-                    .iter()
-                    .map(|t| Alternative {
-                        gpu_type: t,
-                        gang: kind.gpus_on[*t],
-                    })
-                    .collect()
-            }),
+            alternatives: one_gang.is_none().then(|| alternatives(kind, &fastest)),
             // Data-parallel ranks, free to span nodes as in Sia.
             ranks: "gpu",
             arrival: j.time_s,
@@ -562,9 +597,20 @@ fn jobs_file(
     let body = toml::to_string(&JobsFile { job: entries }).expect("a jobs file serializes");
     let how = match shapes {
         Shapes::Submitted => "its GPUs and batch as submitted".to_string(),
-        Shapes::Tuned { min_efficiency } => format!(
+        Shapes::Tuned {
+            min_efficiency,
+            elastic: false,
+        } => format!(
             "on each type, the GPUs and batch its profile trains fastest with alone\n\
              # at a parallel efficiency of at least {min_efficiency} (--shapes tuned)"
+        ),
+        Shapes::Tuned {
+            min_efficiency,
+            elastic: true,
+        } => format!(
+            "on each type, the GPUs and batch its profile trains fastest with alone\n\
+             # at a parallel efficiency of at least {min_efficiency}, and as other gangs those\n\
+             # of the floors {ELASTIC_FLOORS:?} (--shapes elastic: the planner picks one each round)"
         ),
     };
     format!(
@@ -577,6 +623,29 @@ fn jobs_file(
          # put the job's own command there to run it.\n\n{body}",
         super::read::clean(source)
     )
+}
+
+/// A job's `alternatives`: each type's first gang, fastest type first
+/// (the planner's preference between equal choices), then an elastic
+/// job's other gangs, each with its rate.
+fn alternatives<'a>(kind: &'a Kind, fastest: &[&'a str]) -> Vec<Alternative<'a>> {
+    let first = fastest.iter().map(|t| Alternative {
+        gpu_type: t,
+        gang: kind.gpus_on[*t],
+        throughput: None,
+    });
+    let more = fastest.iter().flat_map(|t| {
+        kind.more_on
+            .get(*t)
+            .into_iter()
+            .flatten()
+            .map(|&(g, _, secs)| Alternative {
+                gpu_type: t,
+                gang: g,
+                throughput: Some(kind.iterations as f64 / secs.max(1.0)),
+            })
+    });
+    first.chain(more).collect()
 }
 
 /// The cluster file: Sia's nodes, in the order given.

@@ -260,6 +260,7 @@ fn tuned_shapes_whose_gpus_change_with_the_type_are_alternatives() {
         &types,
         Shapes::Tuned {
             min_efficiency: 0.1,
+            elastic: false,
         },
     )
     .unwrap();
@@ -296,4 +297,47 @@ fn tuned_shapes_whose_gpus_change_with_the_type_are_alternatives() {
     let imp = import(csv, "w.csv", dir.path(), &types, Shapes::Submitted).unwrap();
     assert_eq!(imp.summary.kinds.len(), 2);
     assert!(!imp.jobs.contains("alternatives"), "{}", imp.jobs);
+}
+
+#[test]
+fn elastic_shapes_offer_each_type_s_other_gangs_with_their_rates() {
+    let dir = scaling_sia_dir();
+    let types = parse_cluster("aws=1").unwrap();
+    let csv = "name,time,application,num_replicas,batch_size\nb-0,0,bert,1,4\n";
+    let shapes = Shapes::Tuned {
+        min_efficiency: 0.75,
+        elastic: true,
+    };
+    let imp = import(csv, "w.csv", dir.path(), &types, shapes).unwrap();
+    assert_eq!(imp.summary.shapes, "elastic");
+    let k = &imp.summary.kinds[0];
+    // First the gang at 0.75 (2 GPUs, as `tuned` gives), then the other
+    // floors' (4 GPUs at 0.5 and below, 1 at 0.9 and above), each once.
+    assert_eq!(k.gpus_on["t4"], 2);
+    let more: Vec<u32> = k.more_on["t4"].iter().map(|m| m.0).collect();
+    assert_eq!(more, [4, 1]);
+    let file: toml::Value = toml::from_str(&imp.jobs).unwrap();
+    let job = &file["job"][0];
+    assert!(job.get("gang").is_none(), "{job}");
+    let alts = job["alternatives"].as_array().unwrap();
+    let listed: Vec<(i64, Option<f64>)> = alts
+        .iter()
+        .map(|a| {
+            (
+                a["gang"].as_integer().unwrap(),
+                a.get("throughput").and_then(|t| t.as_float()),
+            )
+        })
+        .collect();
+    assert_eq!(listed.len(), 3);
+    assert_eq!(
+        (listed[0].0, listed[0].1),
+        (2, None),
+        "the type's first gang, rate in `throughput`"
+    );
+    for (&(g, rate), &(g2, _, secs)) in listed[1..].iter().zip(&k.more_on["t4"]) {
+        assert_eq!(g, i64::from(g2));
+        assert!((k.iterations as f64 / rate.unwrap() - secs).abs() < 1e-6);
+    }
+    assert!(imp.jobs.contains("(--shapes elastic"), "{}", imp.jobs);
 }
