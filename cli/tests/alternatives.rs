@@ -237,7 +237,7 @@ fn an_elastic_job_is_simulated_and_refused_where_it_cannot_run() {
         "--state",
         path(&dir.path().join("state")),
     ]);
-    assert!(!o.status.success());
+    assert_eq!(o.status.code(), Some(3), "bad input");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("`hadar run` cannot start yet") && err.contains("hadar simulate --jobs"),

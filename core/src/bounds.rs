@@ -27,7 +27,8 @@ pub fn makespan_lower_bound(workload: &Workload) -> Result<f64> {
         return Err(Error::Solver {
             what: "the makespan bound".into(),
             message: format!(
-                "job {j} accepts several gangs on one type, which the LP does not model yet"
+                "job {j} is elastic (several gangs on one type), which the LP does not \
+                 model yet"
             ),
         });
     }

@@ -88,6 +88,49 @@ fn check_sia_dir(dir: &Path) -> Result<(), CliError> {
     )))
 }
 
+/// A kind of job's line of the summary: its GPUs and batch (or per type,
+/// tuned), its jobs, its time alone on each type, its restart cost.
+fn kind_line(k: &sia::Kind) -> String {
+    let shapes = match (k.gpus, k.batch) {
+        (Some(g), Some(b)) => format!("{g:>2} GPUs batch {b:<5}"),
+        // Tuned: the GPUs and batch go with each type's time.
+        _ => "tuned per type     ".to_string(),
+    };
+    let on_type = |t: &String, secs: &f64| match (k.gpus, k.gpus_on.get(t), k.batch_on.get(t)) {
+        (None, Some(g), Some(b)) => {
+            let s = if *g == 1 { "" } else { "s" };
+            // An elastic job's other GPU counts there.
+            let more: Vec<String> = k
+                .more_on
+                .get(t)
+                .into_iter()
+                .flatten()
+                .map(|m| m.0.to_string())
+                .collect();
+            let more = match more.is_empty() {
+                true => String::new(),
+                false => format!("; or {} GPUs", more.join(", ")),
+            };
+            format!("{t} {secs:.0} ({g} GPU{s}, batch {b}{more})")
+        }
+        _ => format!("{t} {secs:.0}"),
+    };
+    let times: Vec<String> = k
+        .seconds
+        .iter()
+        .map(|(t, secs)| on_type(t, secs))
+        .chain(k.cannot_run.keys().map(|t| format!("{t} -")))
+        .collect();
+    format!(
+        "    {:<12} {shapes} {:>3} job{}  {}  restart {:.0}",
+        escape(&k.application),
+        k.jobs,
+        if k.jobs == 1 { " " } else { "s" },
+        times.join(", "),
+        k.restart_s
+    )
+}
+
 /// The summary for a human: each kind of job and its time alone on each
 /// type, then the command that simulates the import.
 fn render(s: &SiaSummary, out: &Path) -> String {
@@ -99,11 +142,19 @@ fn render(s: &SiaSummary, out: &Path) -> String {
         .collect();
     let _ = writeln!(
         o,
-        "imported {} jobs of a Sia workload, all rigid ({}; Sia's categories: {}), over {:.1} h of arrivals",
+        "imported {} jobs of a Sia workload, {} (Sia's categories: {}), over {:.1} h of arrivals",
         s.jobs,
-        match s.min_efficiency {
-            Some(e) => format!("GPUs and batch tuned per type, parallel efficiency at least {e}"),
-            None => "GPUs and batch as submitted".to_string(),
+        match (s.shapes, s.min_efficiency) {
+            ("elastic", Some(e)) => format!(
+                "elastic: several GPU counts a type, each with its batch, the first at a \
+                 parallel efficiency of at least {e}"
+            ),
+            (_, Some(e)) => {
+                format!(
+                    "all rigid, GPUs and batch tuned per type, parallel efficiency at least {e}"
+                )
+            }
+            _ => "all rigid, GPUs and batch as submitted".to_string(),
         },
         escape(&categories.join(", ")),
         s.span_s / 3600.0
@@ -124,34 +175,7 @@ fn render(s: &SiaSummary, out: &Path) -> String {
         "  time alone (s), per kind of job; restart cost on every start and move:"
     );
     for k in &s.kinds {
-        let shapes = match (k.gpus, k.batch) {
-            (Some(g), Some(b)) => format!("{g:>2} GPUs batch {b:<5}"),
-            // Tuned: the GPUs and batch go with each type's time.
-            _ => "tuned per type     ".to_string(),
-        };
-        let times: Vec<String> = k
-            .seconds
-            .iter()
-            .map(
-                |(t, secs)| match (k.gpus, k.gpus_on.get(t), k.batch_on.get(t)) {
-                    (None, Some(g), Some(b)) => {
-                        let s = if *g == 1 { "" } else { "s" };
-                        format!("{t} {secs:.0} ({g} GPU{s}, batch {b})")
-                    }
-                    _ => format!("{t} {secs:.0}"),
-                },
-            )
-            .chain(k.cannot_run.keys().map(|t| format!("{t} -")))
-            .collect();
-        let _ = writeln!(
-            o,
-            "    {:<12} {shapes} {:>3} job{}  {}  restart {:.0}",
-            escape(&k.application),
-            k.jobs,
-            if k.jobs == 1 { " " } else { "s" },
-            times.join(", "),
-            k.restart_s
-        );
+        let _ = writeln!(o, "{}", kind_line(k));
     }
     // Quoted for the shell, and control characters escaped for the terminal.
     let q = |name: &str| {
