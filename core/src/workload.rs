@@ -423,6 +423,16 @@ impl DenseRates {
             let rank = shapes.iter().position(|s| s.gpu_type == *ty).unwrap_or(t);
             self.preference.push(rank as u16);
         }
+        // An elastic job fits where one of its other gangs does (its first
+        // gang on that type may be too big to plan).
+        fits |= job.more_gangs().any(|s| {
+            cluster.gpu_type_id(&s.gpu_type).is_some_and(|t| {
+                per_type[t.index()] >= s.gang
+                    && table
+                        .isolated(&job.job_type, s.gang, &s.gpu_type)
+                        .is_some_and(|r| r > 0.0)
+            })
+        });
         Room { usable, fits }
     }
 }

@@ -561,6 +561,8 @@ pub async fn run(
     backend: Arc<dyn Backend>,
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> Result<RunReport, RunError> {
+    // Before anything is touched (`--fresh` sets the last run aside).
+    jobs::refuse_elastic(&config.jobs)?;
     let backend = config.layers.wrap(backend, &config.cluster);
     let mut config = config.clone();
     check_remote_dir(&config)?;
@@ -575,7 +577,6 @@ pub async fn run(
     if config.guards.fresh {
         start_over(&config, &backend).await?;
     }
-    jobs::refuse_elastic(&config.jobs)?;
     jobs::check_placeable(
         &config.jobs,
         &config.cluster,

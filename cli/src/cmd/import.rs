@@ -117,13 +117,16 @@ pub enum ImportCommand {
     /// `sia-simulator/`): its CSV and its applications' profiles, to a jobs
     /// file and a cluster file for `hadar simulate --jobs`.
     ///
-    /// Every job is rigid (its GPUs and batch fixed, Sia's category
-    /// `rigid`): its rate on each GPU type makes it train, alone, as long as
-    /// Sia's simulator has a rigid job train there (placed on whole nodes,
-    /// its batch split and capped, statistical efficiency and calibration
-    /// as Sia computes them, each epoch in whole seconds); its restart cost
-    /// is its application's (cifar10 50 s, deepspeech2 25, bert 120, yolov3
-    /// 80, imagenet 250). docs/sia.md.
+    /// By default every job is rigid (its GPUs and batch as submitted, Sia's
+    /// category `rigid`): its rate on each GPU type makes it train, alone,
+    /// as long as Sia's simulator has a rigid job train there (placed on
+    /// whole nodes, its batch split and capped, statistical efficiency and
+    /// calibration as Sia computes them, each epoch in whole seconds); its
+    /// restart cost is its application's (cifar10 50 s, deepspeech2 25,
+    /// bert 120, yolov3 80, imagenet 250). `--shapes tuned` picks each
+    /// type's GPUs and batch from the profile instead; `--shapes elastic`
+    /// offers several per type, the planner picking one each round.
+    /// docs/sia.md.
     #[command(
         after_help = "Example:\n  hadar trace import sia --workload sia-simulator/workloads/saturn/workload-1.csv \\\n      --sia sia-simulator --out saturn-1/\n  hadar simulate --jobs saturn-1/jobs.toml --cluster saturn-1/cluster.toml --round-seconds 60 --no-bound"
     )]
@@ -147,14 +150,18 @@ pub enum ImportCommand {
         /// the GPUs and batch its application's profile trains fastest
         /// with alone, among those at least --min-efficiency as efficient
         /// in GPU time as its most efficient run (fixed for the job's life
-        /// on that type: the job's GPUs change with the type).
+        /// on that type: the job's GPUs change with the type); `elastic`
+        /// adds, per type, the tuned shapes of efficiencies 0.3 to 1.0 as
+        /// other gangs Hadar's planner may pick each round (simulation
+        /// only; Hadar's policies only).
         #[arg(long, value_enum, default_value_t = SiaShapes::Submitted)]
         shapes: SiaShapes,
-        /// With --shapes tuned: the least parallel efficiency a job's GPUs
-        /// may have, from 0 (exclusive) to 1 (1: only its most efficient
-        /// GPU count).
-        #[arg(long, value_name = "FRACTION", default_value_t = 0.75)]
-        min_efficiency: f64,
+        /// With --shapes tuned or elastic: the least parallel efficiency a
+        /// job's GPUs may have (elastic: its first gang on each type), from
+        /// 0 (exclusive) to 1 (1: only its most efficient GPU count).
+        /// [default: 0.75]
+        #[arg(long, value_name = "FRACTION")]
+        min_efficiency: Option<f64>,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
@@ -265,6 +272,14 @@ pub fn run(cmd: ImportCommand) -> Result<(), CliError> {
             min_efficiency,
             json,
         } => {
+            if let (SiaShapes::Submitted, Some(_)) = (shapes, min_efficiency) {
+                return Err(CliError::Usage(
+                    "--min-efficiency applies to --shapes tuned or elastic; the submitted \
+                     shapes take none"
+                        .into(),
+                ));
+            }
+            let min_efficiency = min_efficiency.unwrap_or(import::sia::DEFAULT_MIN_EFFICIENCY);
             let shapes = match shapes {
                 SiaShapes::Submitted => import::sia::Shapes::Submitted,
                 SiaShapes::Tuned => import::sia::Shapes::Tuned {

@@ -94,6 +94,7 @@ fn kind_line(k: &sia::Kind) -> String {
     let shapes = match (k.gpus, k.batch) {
         (Some(g), Some(b)) => format!("{g:>2} GPUs batch {b:<5}"),
         // Tuned: the GPUs and batch go with each type's time.
+        _ if k.more_on.values().any(|m| !m.is_empty()) => "elastic per type   ".to_string(),
         _ => "tuned per type     ".to_string(),
     };
     let on_type = |t: &String, secs: &f64| match (k.gpus, k.gpus_on.get(t), k.batch_on.get(t)) {

@@ -392,6 +392,8 @@ fn read_cluster(args: &RunArgs) -> Result<(Cluster, String), CliError> {
 /// is warned about.
 fn read_run_jobs(args: &RunArgs) -> Result<Vec<hadar_runtime::RunJob>, CliError> {
     let mut jobs = read_jobs(&args.jobs)?;
+    // Said before the programs are looked for: no program makes it run.
+    hadar_runtime::jobs::refuse_elastic(&jobs)?;
     let jobs_dir = args.jobs.parent().unwrap_or(Path::new("."));
     for j in &mut jobs {
         j.command[0] = resolve(&j.command[0], jobs_dir);

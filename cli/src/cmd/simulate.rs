@@ -655,7 +655,7 @@ fn bound_note(s: &hadar_core::metrics::Summary) -> String {
         } else {
             "gangs'"
         },
-        makespan.map_or("not computed (--no-bound)".into(), h),
+        makespan.map_or("not computed (--no-bound, or elastic jobs)".into(), h),
         h(jct)
     )
 }

@@ -122,6 +122,7 @@ impl Experiment {
             wall_s,
             warnings: {
                 let mut w = self.warnings(makespan_s);
+                w.extend(self.elastic_warnings(policy.name));
                 w.extend(out.warnings.iter().cloned());
                 w
             },
@@ -149,6 +150,36 @@ impl Experiment {
                  the window finishes)",
                 last_arrival_s / 3600.0,
                 window_end_s / 3600.0
+            ));
+        }
+        out
+    }
+
+    /// What an elastic job (several gangs on one type) was not planned
+    /// with, in this run: said in the run's warnings, not only the log.
+    fn elastic_warnings(&self, policy: &str) -> Vec<String> {
+        let w = &self.workload;
+        let Some(j) = (0..w.jobs().len()).find(|&j| !w.more_gangs(j).is_empty()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if self.settings.makespan_bound {
+            out.push(format!(
+                "the makespan bound is left out: job {j} is elastic (several gangs on one \
+                 type), which its LP does not model yet"
+            ));
+        }
+        if policy.ends_with(":makespan") {
+            out.push(format!(
+                "job {j} is elastic, and {policy} plans each type's first gang only (hadar and \
+                 hadare plan every gang)"
+            ));
+        } else if self.settings.knowledge.throughput_knowledge
+            != crate::knowledge::ThroughputKnowledge::Oracle
+        {
+            out.push(format!(
+                "job {j} is elastic, and learned rates cover each type's first gang only: its \
+                 other gangs were not planned (--throughput-knowledge oracle plans them)"
             ));
         }
         out

@@ -365,8 +365,54 @@ fn an_elastic_job_alone_takes_its_faster_gang() {
     let e = Experiment::new(w.clone(), SimSettings::default()).unwrap();
     let b = e.bounds();
     assert!((b.mean_jct_s - 2_000.0).abs() < 1e-6, "{b:?}");
-    // The makespan LP does not model a type's second gang: left out.
+    // The makespan LP does not model a type's second gang: left out, and
+    // said in the run's warnings.
     assert_eq!(b.makespan_s, None);
+    let err = crate::bounds::makespan_lower_bound(&w)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("job 0 is elastic"), "{err}");
+    assert!(
+        r.summary
+            .warnings
+            .iter()
+            .any(|m| m.contains("makespan bound is left out")),
+        "{:?}",
+        r.summary.warnings
+    );
+}
+
+#[test]
+fn hadare_runs_an_elastic_job_s_other_gang_as_the_gang_it_planned() {
+    // Two V100s run as copies beat the gang of two (0.5/s), but the
+    // planner picks the gang of four (3/s): it must run as four, not be
+    // split into copies of the first gang.
+    let mut t = ThroughputTable::default();
+    for (gang, r) in [(1, 0.9), (2, 0.5), (4, 3.0)] {
+        t.set_isolated("x", gang, "v100", r);
+    }
+    let cluster = Arc::new(Cluster::from_short_form("v100=4", 4).unwrap());
+    let x = job(
+        0,
+        "x",
+        20_000,
+        vec![shape("v100", 2), shape("v100", 4), shape("v100", 1)],
+    );
+    let w = Arc::new(Workload::new(vec![x], cluster, Arc::new(t), "t").unwrap());
+    let jct = |p: PolicyKind| {
+        run(&w, p, SimSettings::default()).unwrap().jobs[0]
+            .jct_s
+            .unwrap()
+    };
+    let (hadar, hadare) = (jct(PolicyKind::HADAR), jct(PolicyKind::HADARE));
+    assert!(
+        hadar < 20_000.0 / 2.0,
+        "{hadar}: on four at 3/s most of the time"
+    );
+    assert!(
+        (hadare - hadar).abs() < 1.0,
+        "hadare {hadare} against hadar {hadar}"
+    );
 }
 
 #[test]

@@ -47,7 +47,7 @@ impl HadarScheduler {
         for (j, alloc) in rest {
             let mut gpus = Vec::new();
             for &(ty, n) in alloc.iter() {
-                if self.runs_as_copies(w, j, k, ty, round_s) {
+                if self.runs_as_copies(w, j, k, ty, round_s) && !other_gang(w, j, ty, n) {
                     spread.push(j);
                     gpus.extend(self.picker.pick_spread(cluster, ty, n as usize));
                 } else {
@@ -70,7 +70,11 @@ impl HadarScheduler {
             let ty = cluster.gpu(t.gpus[0]).gpu_type.index();
             let gang = w.gangs_of(t.job.index())[ty] as usize;
             let short = t.gpus.len() < gang && spread.contains(&t.job);
-            if (self.runs_as_copies(w, t.job, k, ty, round_s) || short)
+            // An elastic job's other gang runs as the gang it was planned
+            // as (copies are planned at each type's first gang only).
+            let planned_as_gang = other_gang(w, t.job, ty, t.gpus.len() as u32);
+            if !planned_as_gang
+                && (self.runs_as_copies(w, t.job, k, ty, round_s) || short)
                 && (t.gpus.len() > 1 || gang > 1)
             {
                 for (c, &g) in t.gpus.iter().enumerate() {
@@ -103,6 +107,13 @@ impl HadarScheduler {
             && self.warm.get(j.index()).copied().unwrap_or(true)
             && pays
     }
+}
+
+/// Whether `n` GPUs of type `ty` are one of job `j`'s other gangs there
+/// (an elastic job's), not its first gang.
+fn other_gang(w: &Workload, j: JobId, ty: usize, n: u32) -> bool {
+    let t = crate::cluster::GpuTypeId(ty as u16);
+    w.gang(j.index(), t) != Some(n) && w.gang_rate(j.index(), t, n).is_some()
 }
 
 fn same_types(cluster: &crate::cluster::Cluster, gpus: &[GpuId], alloc: &[(usize, u32)]) -> bool {

@@ -249,6 +249,10 @@ pub enum Shapes {
     },
 }
 
+/// The least parallel efficiency of a tuned shape unless told otherwise
+/// (measured on Sia's four workloads: docs/sia.md).
+pub const DEFAULT_MIN_EFFICIENCY: f64 = 0.75;
+
 /// The parallel efficiencies whose tuned shapes an elastic import offers
 /// besides the first (`--shapes elastic`).
 pub const ELASTIC_FLOORS: [f64; 8] = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
@@ -266,7 +270,8 @@ pub struct SiaSummary {
     /// Jobs by Sia's category (`none` where the workload gives none); all
     /// are written rigid.
     pub categories: BTreeMap<String, usize>,
-    /// How each job's GPUs and batch were set: `submitted` or `tuned`.
+    /// How each job's GPUs and batch were set: `submitted`, `tuned` or
+    /// `elastic`.
     pub shapes: &'static str,
     /// With tuned shapes, the least parallel efficiency accepted.
     pub min_efficiency: Option<f64>,
@@ -596,26 +601,27 @@ fn jobs_file(
     // Strings, numbers and maps of them: serializing cannot fail.
     let body = toml::to_string(&JobsFile { job: entries }).expect("a jobs file serializes");
     let how = match shapes {
-        Shapes::Submitted => "its GPUs and batch as submitted".to_string(),
+        Shapes::Submitted => "rigid, its GPUs and batch as submitted, fixed".to_string(),
         Shapes::Tuned {
             min_efficiency,
             elastic: false,
         } => format!(
-            "on each type, the GPUs and batch its profile trains fastest with alone\n\
-             # at a parallel efficiency of at least {min_efficiency} (--shapes tuned)"
+            "rigid, on each type the GPUs and batch its profile trains fastest with\n\
+             # alone at a parallel efficiency of at least {min_efficiency} (--shapes tuned), fixed"
         ),
         Shapes::Tuned {
             min_efficiency,
             elastic: true,
         } => format!(
-            "on each type, the GPUs and batch its profile trains fastest with alone\n\
-             # at a parallel efficiency of at least {min_efficiency}, and as other gangs those\n\
-             # of the floors {ELASTIC_FLOORS:?} (--shapes elastic: the planner picks one each round)"
+            "elastic: on each type first the GPUs and batch its profile trains fastest\n\
+             # with alone at a parallel efficiency of at least {min_efficiency}, then as other gangs\n\
+             # those of the floors {ELASTIC_FLOORS:?} (--shapes elastic: the planner picks one\n\
+             # each round)"
         ),
     };
     format!(
         "# Sia's workload {}, written by `hadar trace import sia`.\n\
-         # Every job rigid, {how}, fixed;\n\
+         # Every job {how};\n\
          # its rate on each type set so that alone it trains as long as in Sia's simulator,\n\
          # the types where it can run listed (import.json's `cannot_run` says why not\n\
          # elsewhere), its restart cost Sia's.\n\
