@@ -44,6 +44,11 @@ fn simulate_picks_among_a_jobs_alternatives_each_round() {
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("job 1 (")).collect();
     assert!(lines[0].contains("onto idle GPUs 0,1;"), "{text}");
     assert!(lines[1].contains("ran on GPUs 2;"), "{text}");
+    // Each schedule says the GPUs it takes now: the gang of its type.
+    assert!(
+        lines[1].contains("k80 only (1 k80 now) done") && lines[1].contains("(2 v100 now)"),
+        "{text}"
+    );
     // Its GPU-seconds: round 0 on 2 GPUs (1,000 iterations at 1,000/s),
     // then 19,000 at 3,000/s on one.
     let csv = std::fs::read_to_string(out.join("hadar.jobs.csv")).expect("jobs.csv");

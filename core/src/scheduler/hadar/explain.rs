@@ -86,8 +86,19 @@ impl Explanation {
             .iter()
             .take(3)
             .map(|o| {
+                // The GPUs it takes now (an elastic job's gang among its
+                // gangs; none for a schedule that starts later).
+                let now: Vec<String> = o
+                    .now
+                    .iter()
+                    .map(|&(t, n)| format!("{n} {}", name(t)))
+                    .collect();
+                let now = match now.is_empty() {
+                    true => String::new(),
+                    false => format!(" ({} now)", now.join(" + ")),
+                };
                 format!(
-                    "{}{} done {:.2} h, loss {:.0} + cost {:.0}",
+                    "{}{}{now} done {:.2} h, loss {:.0} + cost {:.0}",
                     name(o.bottleneck),
                     if o.only { " only" } else { "+faster" },
                     o.completion_s / 3600.0,
