@@ -146,6 +146,43 @@ def test_bad_values_are_named(changes: dict[str, str], message: str) -> None:
     assert message in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("key", "raw", "shown"),
+    [
+        ("HADAR_TOTAL_ITERATIONS", "1_000", "'1_000'"),
+        ("HADAR_TOTAL_ITERATIONS", "\u0661\u0662", "'\\u0661\\u0662'"),  # Arabic-Indic 12
+        ("HADAR_TOTAL_ITERATIONS", "\uff15", "'\\uff15'"),  # a fullwidth 5
+        ("HADAR_SEED", " 5", "' 5'"),
+        ("HADAR_SEED", "5\n", "'5\\n'"),
+        ("HADAR_SEED", "  ", "'  '"),
+        ("HADAR_COPY", "+5", "'+5'"),
+        ("HADAR_COPY", "-0", "'-0'"),
+        ("HADAR_ROUND", "0x10", "'0x10'"),
+        ("HADAR_JOB_ID", "3\x1b[31m", "'3\\x1b[31m'"),
+        ("HADAR_PROTOCOL", "1.0", "'1.0'"),
+    ],
+)
+def test_integers_are_plain_ascii_digits(key: str, raw: str, shown: str) -> None:
+    # int() takes all of these; hadar writes none of them, so each is a broken value.
+    with pytest.raises(EnvError) as e:
+        JobEnv.from_environ({**V1, key: raw})
+    message = str(e.value)
+    assert message.startswith(f"{key}={shown} is not an integer"), message
+    assert "ASCII digits 0-9 only" in message
+    assert message.isascii() and message.isprintable(), "control characters are escaped"
+
+
+def test_integers_of_ranks_are_plain_digits_too() -> None:
+    ranks = {**V1, "HADAR_PROTOCOL": "2", "RANK": "0", "WORLD_SIZE": "2"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_WORLD_SIZE", "MASTER_PORT"):
+        with pytest.raises(EnvError, match=f"^{key}='\\+1' is not an integer"):
+            JobEnv.from_environ({**ranks, key: "+1"})
+    with pytest.raises(EnvError, match=r"HADAR_SEED='11111111111111111111'\.\.\. has 5000 digits"):
+        JobEnv.from_environ({**V1, "HADAR_SEED": "1" * 5000})
+    assert JobEnv.from_environ({**ranks, "MASTER_PORT": "029613"}).master_port == 29613
+    assert JobEnv.from_environ({**V1, "HADAR_SEED": ""}).seed == 0, "empty is unset"
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(EnvError, match="total must be at least 1"):
         JobEnv.from_environ({}, total=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,14 +38,31 @@ PROTOCOL_VARIABLES = (
 )
 
 
+#: An integer as ``hadar`` writes one: ASCII digits only. Python's ``int()`` also takes
+#: ``1_000``, ``+5``, surrounding spaces and other scripts' digits (``'\u0661'``),
+#: which no one meant to set and which would hide a broken value.
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def _int(env: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
     raw = env.get(key)
-    if raw is None or raw.strip() == "":
+    if raw is None or raw == "":
         return default
+    # Every variable read here has a minimum >= 0, so no sign is ever allowed; a
+    # negative value is still told apart, as below the minimum ("-0" is not).
+    if raw[:1] == "-" and _DIGITS.fullmatch(raw[1:]) and raw[1:].strip("0"):
+        raise EnvError(f"{key}={raw!r} is below {minimum}")
+    if _DIGITS.fullmatch(raw) is None:
+        # ascii(), not repr(): a look-alike digit (fullwidth, Arabic-Indic) shows
+        # as its escape.
+        raise EnvError(
+            f"{key}={raw!a} is not an integer (ASCII digits 0-9 only: no sign, spaces "
+            "or underscores)"
+        )
     try:
-        value = int(raw.strip())
-    except ValueError:
-        raise EnvError(f"{key}={raw!r} is not an integer") from None
+        value = int(raw)
+    except ValueError:  # over Python's limit on the digits of an int (4300)
+        raise EnvError(f"{key}={raw[:20]!r}... has {len(raw)} digits, too many") from None
     if value < minimum:
         raise EnvError(f"{key}={raw!r} is below {minimum}")
     return value
