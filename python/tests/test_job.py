@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import errno
 import io
 import json
 import os
@@ -11,13 +12,24 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
 
 from conftest import PYTHON_SRC
-from hadar_job import HadarJobError, Job, Tensor, init, load_file, read_step, write_checkpoint
+from hadar_job import (
+    CheckpointError,
+    HadarJobError,
+    Job,
+    Tensor,
+    init,
+    load_file,
+    read_step,
+    write_checkpoint,
+)
 
 
 def hadar_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -102,6 +114,107 @@ def test_a_resume_file_not_loaded_is_refused_before_the_loop(tmp_path: Path) -> 
         job.steps(state=dict)
     job.load()
     assert list(job.steps(state=dict)) == [3, 4]
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    """Fails a test that blocks (as opening a FIFO would) instead of hanging the run."""
+
+    def timeout(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError("blocked for 10 s: was a FIFO opened?")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(10)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def not_a_file(path: Path, kind: str) -> str:
+    """Makes ``path`` a ``kind`` of thing that is not a checkpoint file; returns what
+    the error must say about it."""
+    if kind == "directory":
+        path.mkdir()
+        return "a directory, not a checkpoint file"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "a FIFO (named pipe), not a checkpoint file"
+    if kind == "dangling symlink":
+        path.symlink_to(path.parent / "gone.safetensors")
+        return f"a symbolic link to {path.parent / 'gone.safetensors'}, which does not exist"
+    if kind == "symlink loop":
+        path.symlink_to(path)
+        return f"a symbolic link to {path}, that cannot be followed (Too many levels"
+    assert kind == "symlink to a directory"
+    (path.parent / "elsewhere").mkdir()
+    path.symlink_to(path.parent / "elsewhere")
+    return "a directory, not a checkpoint file"
+
+
+KINDS = ["directory", "fifo", "dangling symlink", "symlink loop", "symlink to a directory"]
+
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_resume_file_that_is_not_a_file_is_refused(tmp_path: Path, kind: str) -> None:
+    # Taken for "no checkpoint", it would start the job again from step 0: the work
+    # so far lost, and nothing said.
+    resume = tmp_path / "resume.safetensors"
+    what = not_a_file(resume, kind)
+    job, _ = make(tmp_path)
+    with pytest.raises(CheckpointError) as e:
+        job.load()
+    message = str(e.value)
+    assert message.startswith(f"{resume}: {what}"), message
+    assert "lose its work so far" in message
+    assert "remove it to start from step 0" in message
+    assert (job.step, job.resumed_from) == (0, None)
+    with pytest.raises(CheckpointError, match="lose its work so far"):
+        job.steps(state=dict)  # not loaded: the loop refuses it as well
+
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("kind", KINDS)
+def test_outside_hadar_a_checkpoint_that_is_not_a_file_is_refused(
+    tmp_path: Path, kind: str
+) -> None:
+    what = not_a_file(tmp_path / "checkpoint.safetensors", kind)
+    job = Job(10, checkpoint_dir=tmp_path, environ={}, install_signals=False)
+    with pytest.raises(CheckpointError, match="lose its work so far") as e:
+        job.load()
+    assert what in str(e.value)
+
+
+def refuse_to_open(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """``os.open`` of ``path`` fails as a file of mode 000 does for a user other than
+    root (root reads any file, so the test cannot make one it cannot read)."""
+    real_open = os.open
+
+    def fake_open(file: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(file) == str(path):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(file, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", fake_open)
+
+
+def test_an_unreadable_resume_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resume = write_checkpoint(tmp_path, {}, 3, name="resume.safetensors")
+    if os.geteuid() == 0:
+        refuse_to_open(monkeypatch, resume)
+    else:
+        resume.chmod(0)
+    job, _ = make(tmp_path)
+    with pytest.raises(CheckpointError) as e:
+        job.load()
+    message = str(e.value)
+    assert message.startswith(f"{resume}: cannot be read (Permission denied)"), message
+    assert "make it readable by the task's user" in message
+    assert (job.step, job.resumed_from) == (0, None)
 
 
 def test_a_resume_at_the_total_runs_no_step(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = [
     "STEP",
     "SafetensorsFile",
     "encode",
+    "has_checkpoint",
     "load_file",
     "read_file",
     "read_step",
@@ -177,6 +179,68 @@ def _read_exact(f: IO[bytes], n: int, path: Path) -> bytes:
     return data
 
 
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, for a message."""
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return what
+    return "an unknown kind of file"
+
+
+def has_checkpoint(path: PathLike) -> bool:
+    """Whether ``path`` holds a checkpoint to resume from: ``False`` when nothing is
+    there, ``True`` for a regular file (or a link to one).
+
+    Anything else there is an error, not "no checkpoint": a job that took it for
+    none would start again from step 0 and its work so far would be lost, silently.
+    Only ``lstat``/``stat`` are used: opening a FIFO would block.
+
+    Raises:
+        CheckpointError: ``path`` is a directory, FIFO, socket or device, a dangling
+            symbolic link, or cannot be looked at (the message names it and what to do).
+    """
+    path = Path(path)
+    fix = "put the checkpoint file there, or remove it to start from step 0"
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as e:
+        raise CheckpointError(
+            f"{path}: cannot be looked at ({e.strerror}); the job would start from step 0 "
+            f"and lose its work so far: give the task's user access to {path.parent}"
+        ) from None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            what = (
+                "which does not exist"
+                if isinstance(e, FileNotFoundError)
+                else f"that cannot be followed ({e.strerror})"
+            )
+            raise CheckpointError(
+                f"{path}: a symbolic link to {target}, {what}; the job would start from "
+                f"step 0 and lose its work so far: {fix}"
+            ) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(
+            f"{path}: {_file_kind(st.st_mode)}, not a checkpoint file; the job would start "
+            f"from step 0 and lose its work so far: {fix}"
+        )
+    return True
+
+
 def read_file(path: PathLike) -> SafetensorsFile:
     """Reads the safetensors file ``path``: its tensors and ``__metadata__``.
 
@@ -187,10 +251,17 @@ def read_file(path: PathLike) -> SafetensorsFile:
         OSError: the file cannot be read.
     """
     path = Path(path)
-    size = path.stat().st_size
-    if not path.is_file():
-        raise CheckpointError(f"{path}: not a regular file")
-    with open(path, "rb") as f:
+    # The kind first: opening a FIFO would block, a device never ends.
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"{path}: not a regular file: {_file_kind(mode)}")
+    # O_NONBLOCK, should it have become a FIFO since; no effect on a regular file.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{path}: not a regular file: {_file_kind(st.st_mode)}")
+        size = st.st_size
         if size < 8:
             raise CheckpointError(
                 f"{path}: {size} bytes long, shorter than the 8-byte header length"

@@ -23,9 +23,9 @@ from typing import (
     overload,
 )
 
-from .checkpoint import load_file, read_step, write_checkpoint
+from .checkpoint import has_checkpoint, load_file, read_step, write_checkpoint
 from .env import JobEnv
-from .errors import HadarJobError
+from .errors import CheckpointError, HadarJobError
 from .report import Reporter, format_line
 from .stop import DEFAULT_SIGNALS, StopFlag
 from .tensors import Tensor
@@ -208,15 +208,24 @@ class Job:
 
         Raises:
             CheckpointError: the file is not valid safetensors, or its ``step`` is not
-                one non-negative integer.
+                one non-negative integer; or something other than a readable regular
+                file is there (a directory, FIFO, dangling link, unreadable file), which
+                is refused rather than taken for no checkpoint (the work would be lost).
         """
         candidates = [self.env.resume_path]
         if not self.env.in_hadar:
             candidates.append(self.env.checkpoint_path)
-        path = next((p for p in candidates if p.is_file()), None)
+        path = next((p for p in candidates if has_checkpoint(p)), None)
         if path is None:
             return Resumed({}, self.step)
-        tensors = load_file(path)
+        try:
+            tensors = load_file(path)
+        except OSError as e:
+            raise CheckpointError(
+                f"{path}: cannot be read ({e.strerror or e}); the job would start from "
+                "step 0 and lose its work so far: make it readable by the task's user, "
+                "or remove it to start from step 0"
+            ) from None
         step = read_step(tensors)
         tensors.pop("step", None)
         if step is None:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from .checkpoint import has_checkpoint
 from .errors import HadarJobError
 
 if TYPE_CHECKING:
@@ -80,7 +81,9 @@ def steps(
     if save_every is not None and not save_every > 0:
         raise HadarJobError(f"save_every must be > 0 seconds, not {save_every}")
     resume = job.env.resume_path
-    if job.env.in_hadar and job.is_rank0 and job.resumed_from is None and resume.is_file():
+    # has_checkpoint() refuses a resume file that is not a regular file (a directory,
+    # a dangling link) instead of taking it for none.
+    if job.env.in_hadar and job.is_rank0 and job.resumed_from is None and has_checkpoint(resume):
         # The loop would start at step 0 and its checkpoint would say so: the
         # work the job did so far, redone and never credited.
         raise HadarJobError(
