@@ -217,6 +217,53 @@ def test_an_unreadable_resume_file_is_refused(
     assert (job.step, job.resumed_from) == (0, None)
 
 
+def unwritable(tmp_path: Path, kind: str) -> Path:
+    """A checkpoint directory the task cannot write in, as root too (root writes in a
+    directory of mode 555; only a user other than root gets that case)."""
+    if kind == "a file":
+        (tmp_path / "file").write_text("")
+        return tmp_path / "file"
+    if kind == "under a file":
+        (tmp_path / "file").write_text("")
+        return tmp_path / "file" / "ck"
+    assert kind == "read-only"
+    if os.geteuid() == 0:
+        pytest.skip("root writes in a read-only directory")
+    (tmp_path / "ro").mkdir(mode=0o555)
+    return tmp_path / "ro"
+
+
+UNWRITABLE = ["a file", "under a file", "read-only"]
+
+
+@pytest.mark.parametrize("kind", UNWRITABLE)
+def test_an_unwritable_checkpoint_dir_names_the_variable(tmp_path: Path, kind: str) -> None:
+    directory = unwritable(tmp_path, kind)
+    job, _ = make(tmp_path, HADAR_CHECKPOINT_DIR=str(directory))
+    with pytest.raises(CheckpointError) as e:
+        job.save({"w": array.array("f", [1.0])})
+    message = str(e.value)
+    assert message.startswith(f"HADAR_CHECKPOINT_DIR={directory}: cannot write the checkpoint")
+    assert "it must be a directory the task's user can write in" in message
+    assert job.last_saved is None
+    job, _ = make(tmp_path, HADAR_CHECKPOINT_DIR=str(directory))
+    with pytest.raises(CheckpointError, match=r"^HADAR_CHECKPOINT_DIR="):
+        list(job.steps(state=dict))  # the loop's save on the way out
+
+
+@pytest.mark.parametrize("kind", UNWRITABLE)
+def test_outside_hadar_an_unwritable_checkpoint_dir_names_the_variable(
+    tmp_path: Path, kind: str
+) -> None:
+    directory = unwritable(tmp_path, kind)
+    job = Job(5, checkpoint_dir=directory, environ={}, install_signals=False)
+    with pytest.raises(CheckpointError) as e:
+        job.save({})
+    message = str(e.value)
+    assert message.startswith(f"cannot write the checkpoint in {directory} (")
+    assert "HADAR_CHECKPOINT_DIR" in message and "checkpoint_dir argument" in message
+
+
 def test_a_resume_at_the_total_runs_no_step(tmp_path: Path) -> None:
     write_checkpoint(tmp_path, {}, 5, name="resume.safetensors")
     job, out = make(tmp_path)

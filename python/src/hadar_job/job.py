@@ -255,12 +255,30 @@ class Job:
             all_ranks: write on every rank (each into its own node's directory).
 
         Raises:
-            CheckpointError: a value that cannot be stored, or a tensor named ``step``.
+            CheckpointError: a value that cannot be stored, or a tensor named ``step``;
+                or the checkpoint directory cannot be written (the message names it
+                and ``HADAR_CHECKPOINT_DIR``).
         """
         if not (self.env.is_rank0 or all_ranks):
             return None
         step = self.step if step is None else step
-        path = write_checkpoint(self.env.checkpoint_dir, tensors, step, metadata)
+        directory = self.env.checkpoint_dir
+        try:
+            path = write_checkpoint(directory, tensors, step, metadata)
+        except OSError as e:
+            # A raw traceback would name neither the directory nor where it came from.
+            why = f"{e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+            if self.env.in_hadar:
+                raise CheckpointError(
+                    f"HADAR_CHECKPOINT_DIR={directory}: cannot write the checkpoint there: "
+                    f"{why}; it must be a directory the task's user can write in (it lies "
+                    "under the run's --remote-dir, by default its --state)"
+                ) from None
+            raise CheckpointError(
+                f"cannot write the checkpoint in {directory} (HADAR_CHECKPOINT_DIR, else "
+                f"the checkpoint_dir argument, else ./hadar-checkpoints): {why}; it must be "
+                "a directory you can write in: fix it, or point HADAR_CHECKPOINT_DIR elsewhere"
+            ) from None
         self.last_saved = (path, operator.index(step))
         return path
 
