@@ -7,6 +7,7 @@ import array
 import json
 import os
 import struct
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from hadar_job import (
     write_atomic,
     write_checkpoint,
 )
-from hadar_job.checkpoint import step_tensor
+from hadar_job.checkpoint import HEADER_ALLOWANCE, step_tensor
 
 
 def test_byte_layout_by_hand() -> None:
@@ -138,6 +139,120 @@ def test_invalid_files_are_refused_with_the_reason(
         read_file(p)
     assert message in str(e.value)
     assert str(p) in str(e.value)
+
+
+def _raw_file(path: Path, header: bytes, data: bytes) -> Path:
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(len(header).to_bytes(8, "little") + header + data)
+    return path
+
+
+def _peak_bytes(f: Any) -> int:
+    """The most memory Python held while ``f()`` ran (it must raise CheckpointError)."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError):
+            f()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_huge_header_over_little_data_is_refused_unread(tmp_path: Path) -> None:
+    # 4 MiB of shape (2 million dimensions) over 4 bytes of data: parsing it first
+    # took some 15 times its size in memory (100 MB: a gigabyte and half a minute).
+    shape = b"[" + b"1," * (2 << 20) + b"1]"
+    p = _raw_file(
+        tmp_path / "huge.safetensors",
+        b'{"a":{"dtype":"F32","shape":' + shape + b',"data_offsets":[0,4]}}',
+        b"\0" * 4,
+    )
+    peak = _peak_bytes(lambda: read_file(p))
+    assert peak < 256 << 10, f"{peak} bytes held: the header was read"
+    with pytest.raises(CheckpointError) as e:
+        read_file(p)
+    n = p.stat().st_size - 12
+    assert str(e.value) == (
+        f"{p}: header length {n} is more than the 4 bytes of tensor data it describes "
+        f"(over {HEADER_ALLOWANCE} bytes, a checkpoint's header is smaller than its "
+        "tensors): a broken file"
+    )
+
+
+def test_a_large_header_is_read_over_as_much_data(tmp_path: Path) -> None:
+    # Under the allowance, or no larger than the data: read as before.
+    big = {"note": "x" * (2 << 20)}
+    w = Tensor("U8", (3 << 20,), b"\1" * (3 << 20))
+    p = save_file({"w": w}, tmp_path / "ok.safetensors", metadata=big)
+    assert read_file(p) == ({"w": w}, big)
+    small = {"note": "x" * (HEADER_ALLOWANCE - 200)}
+    p = save_file({}, tmp_path / "small.safetensors", metadata=small)
+    assert read_file(p) == ({}, small)
+
+
+def test_what_the_reader_refuses_is_not_written(tmp_path: Path) -> None:
+    # Else a job would save a checkpoint it fails to resume from, a round later.
+    with pytest.raises(CheckpointError, match=r"more than the 4 bytes of tensor data"):
+        save_file(
+            {"w": Tensor.scalar("F32", 1.0)},
+            tmp_path / "c.safetensors",
+            metadata={"note": "x" * HEADER_ALLOWANCE},
+        )
+    assert not (tmp_path / "c.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a":{"dtype":"F32","shape":' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+        b'{"__metadata__":' + b'{"a":' * 100_000 + b'""' + b"}" * 100_000 + b"}",
+    ],
+)
+def test_a_deeply_nested_header_is_a_checkpoint_error(tmp_path: Path, header: bytes) -> None:
+    p = _raw_file(tmp_path / "deep.safetensors", header, b"")
+    with pytest.raises(CheckpointError) as e:
+        read_file(p)
+    assert str(e.value) == f"{p}: bad header: nested too deeply"
+
+
+def test_offsets_are_checked_before_any_tensor_is_read(tmp_path: Path) -> None:
+    header = {"a": _t("U8", [4 << 20], 0, 4 << 20), "b": _t("F32", [1], 4 << 20, (4 << 20) + 8)}
+    p = _file(tmp_path, header, b"\0" * ((4 << 20) + 8))
+    peak = _peak_bytes(lambda: read_file(p))
+    assert peak < 1 << 20, f"{peak} bytes held: tensor 'a' was read before 'b' was checked"
+    with pytest.raises(CheckpointError, match=r"tensor 'b' .* needs 4 bytes, its offsets give 8"):
+        read_file(p)
+
+
+@pytest.mark.parametrize(
+    ("info", "message"),
+    [
+        (
+            _t("F32", [1] * 100_000 + [2], 0, 4),
+            "(F32 [1, 1, 1, 1, 1, 1, 1, 1, ... (100001 in all)])",
+        ),
+        (
+            _t("F32", [2] * 65, 0, 4),
+            "[2, 2, 2, 2, 2, 2, 2, 2, ... (65 in all)] of more than 2**64 - 1",
+        ),
+        (_t("F32", [2**63, 4, 0], 0, 0), "[9223372036854775808, 4, 0] of more than 2**64 - 1"),
+        (_t("F32", [2**64], 0, 4), "has a bad shape [18446744073709551616]"),
+        (_t("F32", [True], 0, 4), "has a bad shape [True]"),
+        ({"dtype": "F32", "shape": "12", "data_offsets": [0, 4]}, "has a bad shape '12'"),
+        ({"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}, "has dtype ['F32'], not read"),
+        ({"dtype": {"F32": 1}, "shape": [], "data_offsets": [0, 4]}, "has dtype {'F32': 1}, not"),
+    ],
+)
+def test_bad_shapes_and_dtypes_in_short_messages(
+    tmp_path: Path, info: dict[str, Any], message: str
+) -> None:
+    p = _file(tmp_path, {"a" * 10_000: info}, b"\0" * 4)
+    with pytest.raises(CheckpointError) as e:
+        read_file(p)
+    assert message in str(e.value)
+    assert f"tensor {repr('a' * 10_000)[:60]}... (10002 characters)" in str(e.value)
+    assert len(str(e.value)) < 300 + len(str(p))
 
 
 def test_short_files(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 import tempfile
@@ -30,6 +31,7 @@ from .tensors import DTYPE_RANK, DTYPES, Tensor, as_tensor
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "HEADER_ALLOWANCE",
     "MAX_HEADER_BYTES",
     "RESUME_FILE",
     "STEP",
@@ -53,6 +55,14 @@ RESUME_FILE = "resume.safetensors"
 STEP = "step"
 #: The largest header the format allows (and ``hadar`` reads).
 MAX_HEADER_BYTES = 100_000_000
+#: A header up to this size is read whatever the file holds besides; a larger one
+#: must be no larger than the tensor data it describes. A real checkpoint's header is
+#: a small part of it (some 100 bytes a tensor); a huge one over little data is a
+#: broken file, and parsing it first would take some 15 times its size in memory and
+#: seconds per 10 MB (Python's JSON objects) before anything in it could be refused.
+HEADER_ALLOWANCE = 1 << 20
+#: The largest dimension and element count (``hadar`` reads them as 64-bit sizes).
+_MAX_SIZE = 2**64 - 1
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -109,6 +119,14 @@ def _prepare(
         offset += t.nbytes
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * (-len(text) % 8)
+    if len(text) > max(HEADER_ALLOWANCE, offset):
+        # What read_file() refuses is not written: a job would fail at its resume,
+        # the round's work lost, rather than now.
+        raise CheckpointError(
+            f"the header would take {len(text)} bytes, more than the {offset} bytes of "
+            f"tensor data (over {HEADER_ALLOWANCE} bytes, read_file refuses that as a "
+            "broken file): keep __metadata__ small, or save fewer, larger tensors"
+        )
     return len(text).to_bytes(8, "little") + text, [t for _, t in items]
 
 
@@ -170,6 +188,44 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise CheckpointError(f"the header names {k!r} twice")
         out[k] = v
     return out
+
+
+def _clip(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to about ``limit`` characters: a broken header's names and
+    shapes can be megabytes long, and the message must stay a line (a long list is
+    not turned into text whole).
+    """
+    if isinstance(value, (list, tuple)):  # shapes: written as lists, as in the file
+        head = ", ".join(_clip(x, 24) for x in value[:8])
+        return f"[{head}, ... ({len(value)} in all)]" if len(value) > 8 else f"[{head}]"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} characters)"
+
+
+def _is_shape(shape: Any) -> bool:
+    """Whether ``shape`` is a list of sizes (ints from 0 to 2**64 - 1), checked without
+    a Python loop over it: a broken header's shape can have millions of entries.
+    """
+    return (
+        isinstance(shape, list)
+        and set(map(type, shape)) <= {int}  # not bool, whose type is bool
+        and (not shape or (min(shape) >= 0 and max(shape) <= _MAX_SIZE))
+    )
+
+
+def _numel(shape: tuple[int, ...]) -> int | None:
+    """The elements of a checked shape; ``None`` past 2**64 - 1 (counted one dimension
+    after another, as a 64-bit reader does: a 0 after the overflow does not save it).
+    Without a Python loop, and without big-integer products: past 64 factors of 2 or
+    more, the count has overflowed.
+    """
+    head = shape[: shape.index(0)] if 0 in shape else shape
+    if len(head) - head.count(1) > 64:
+        return None
+    n = math.prod(head)
+    if n > _MAX_SIZE:
+        return None
+    return n if len(head) == len(shape) else 0
 
 
 def _read_exact(f: IO[bytes], n: int, path: Path) -> bytes:
@@ -275,6 +331,13 @@ def read_file(path: PathLike) -> SafetensorsFile:
             raise CheckpointError(
                 f"{path}: header length {n} runs past the end of the {size}-byte file"
             )
+        data_len = size - 8 - n
+        if n > max(HEADER_ALLOWANCE, data_len):
+            raise CheckpointError(
+                f"{path}: header length {n} is more than the {data_len} bytes of tensor "
+                f"data it describes (over {HEADER_ALLOWANCE} bytes, a checkpoint's header "
+                "is smaller than its tensors): a broken file"
+            )
         raw = _read_exact(f, n, path)
         try:
             header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
@@ -282,6 +345,9 @@ def read_file(path: PathLike) -> SafetensorsFile:
             raise CheckpointError(f"{path}: {e}") from None
         except (UnicodeDecodeError, ValueError) as e:
             raise CheckpointError(f"{path}: bad header: {e}") from None
+        except RecursionError:  # JSON nested deeper than Python's stack
+            raise CheckpointError(f"{path}: bad header: nested too deeply") from None
+        del raw  # up to the header's size, not held while the tensors are read
         if not isinstance(header, dict):
             raise CheckpointError(f"{path}: bad header: not a JSON object")
         metadata = header.pop("__metadata__", None) or {}
@@ -291,53 +357,62 @@ def read_file(path: PathLike) -> SafetensorsFile:
         for name, info in header.items():
             try:
                 dtype = info["dtype"]
-                shape = tuple(info["shape"])
+                shape = info["shape"]
                 begin, end = info["data_offsets"]
             except (TypeError, KeyError, ValueError):
                 raise CheckpointError(
-                    f"{path}: bad header: tensor {name!r} needs dtype, shape and data_offsets"
+                    f"{path}: bad header: tensor {_clip(name)} needs dtype, shape and data_offsets"
                 ) from None
-            if dtype not in DTYPES:
-                raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype!r}, not read here")
-            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape):
-                raise CheckpointError(f"{path}: tensor {name!r} has a bad shape {list(shape)}")
+            if not isinstance(dtype, str) or dtype not in DTYPES:
+                raise CheckpointError(
+                    f"{path}: tensor {_clip(name)} has dtype {_clip(dtype)}, not read here"
+                )
+            if not _is_shape(shape):
+                raise CheckpointError(
+                    f"{path}: tensor {_clip(name)} has a bad shape {_clip(shape)}"
+                )
             if not all(isinstance(x, int) and not isinstance(x, bool) for x in (begin, end)):
-                raise CheckpointError(f"{path}: tensor {name!r} has bad data_offsets")
-            entries.append((begin, end, name, dtype, shape))
+                raise CheckpointError(f"{path}: tensor {_clip(name)} has bad data_offsets")
+            entries.append((begin, end, name, dtype, tuple(shape)))
         entries.sort()
-        data_len = size - 8 - n
+        # Every offset checked before any tensor is read: a broken header is refused
+        # without reading (and holding) the tensors that come before its fault.
         offset = 0
-        tensors: dict[str, Tensor] = {}
         for begin, end, name, dtype, shape in entries:
             if begin != offset:
                 raise CheckpointError(
-                    f"{path}: tensor {name!r} starts at {begin}, expected {offset} "
+                    f"{path}: tensor {_clip(name)} starts at {begin}, expected {offset} "
                     "(offsets must follow one another from 0)"
                 )
-            numel = 1
-            for d in shape:
-                numel *= d
+            numel = _numel(shape)
+            if numel is None:
+                raise CheckpointError(
+                    f"{path}: tensor {_clip(name)} has a shape {_clip(shape)} "
+                    "of more than 2**64 - 1 elements"
+                )
             if end - begin != numel * DTYPES[dtype]:
                 raise CheckpointError(
-                    f"{path}: tensor {name!r} ({dtype} {list(shape)}) needs "
+                    f"{path}: tensor {_clip(name)} ({dtype} {_clip(shape)}) needs "
                     f"{numel * DTYPES[dtype]} bytes, its offsets give {end - begin}"
                 )
             if end > data_len:
                 raise CheckpointError(
-                    f"{path}: tensor {name!r} runs past the end of the file "
+                    f"{path}: tensor {_clip(name)} runs past the end of the file "
                     f"(the header describes at least {end} bytes of data, "
                     f"the file holds {data_len})"
                 )
-            try:
-                tensors[name] = Tensor(dtype, shape, _read_exact(f, end - begin, path))
-            except TensorError as e:
-                raise CheckpointError(f"{path}: tensor {name!r}: {e}") from None
             offset = end
         if offset != data_len:
             raise CheckpointError(
                 f"{path}: the header describes {offset} bytes of tensor data, "
                 f"the file holds {data_len}"
             )
+        tensors: dict[str, Tensor] = {}
+        for begin, end, name, dtype, shape in entries:
+            try:
+                tensors[name] = Tensor(dtype, shape, _read_exact(f, end - begin, path))
+            except TensorError as e:
+                raise CheckpointError(f"{path}: tensor {_clip(name)}: {e}") from None
     return SafetensorsFile(tensors, dict(metadata))
 
 
