@@ -35,13 +35,24 @@ command -v nsenter >/dev/null || need+=(util-linux)
 command -v openssl >/dev/null || need+=(openssl)
 # The live view's page is loaded in a real headless browser (cli/tests/live.rs).
 command -v chromium >/dev/null || need+=(chromium)
+# /metrics is checked by Prometheus' own linter (promtool, in Debian's
+# prometheus package; its server is never started, see below).
+command -v promtool >/dev/null || need+=(prometheus)
 # The Python package's tests need a virtual environment (pyenv's Python has
 # venv; Debian's needs python3-venv).
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   step "installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then
+    # No package's service starts as it installs (prometheus' would listen on
+    # every address): the tests start the daemons they need themselves.
+    added_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      added_policy=1
+    fi
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+    [ "$added_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
   else
     echo "missing ${need[*]}: install them (apt-get install ${need[*]}) or run as root" >&2
     exit 1

@@ -546,3 +546,79 @@ fn gangs_on_docker_under_faults_lose_and_duplicate_nothing() {
         400,
     );
 }
+
+/// Viewers never put a run at risk: `hadar run --serve` under a descriptor
+/// limit of 128, with 300 clients that each send half a request and hold
+/// the connection (topped up as the server closes them), finishes every job
+/// (before the server capped connections and timed out header reads, the
+/// run ran out of descriptors, could not save its state and stopped).
+#[test]
+fn held_connections_do_not_stop_a_served_run() {
+    let (hadar, trainer) = binaries();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = common::jobs_file(dir.path(), &trainer);
+    let state = dir.path().join("state");
+    // The limit set by a fixed script; the command comes as its arguments.
+    let mut run = Command::new("sh");
+    run.args(["-c", "ulimit -n 128 && exec \"$@\"", "sh"])
+        .arg(hadar)
+        .args(["run", "--cluster"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"))
+        .arg("--jobs")
+        .arg(&jobs)
+        .arg("--state")
+        .arg(&state)
+        .args(["--round-seconds", "1", "--serve", "127.0.0.1:0"]);
+    let (mut child, addr) = common::start_served(run);
+    let stop = Arc::new(AtomicBool::new(false));
+    let holders = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut held: Vec<std::net::TcpStream> = Vec::new();
+            let mut opened = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                // Those the server closed are dropped and replaced.
+                held.retain(|c| {
+                    let mut b = [0u8; 1];
+                    c.set_nonblocking(true).is_ok()
+                        && matches!(c.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                });
+                while held.len() < 300 {
+                    let Ok(mut c) = std::net::TcpStream::connect(&addr) else {
+                        break;
+                    };
+                    let _ = c.write_all(b"GET /api/run HTTP/1.1\r\nHost: localhost\r\n");
+                    held.push(c);
+                    opened += 1;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            opened
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the served run did not finish in 240 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    stop.store(true, Ordering::Relaxed);
+    let opened = holders.join().expect("holders");
+    eprintln!("held connections opened: {opened}");
+    assert!(status.success(), "the run stopped: {status:?}");
+    assert!(opened >= 300, "the clients were not all connected");
+    let out = Command::new(hadar)
+        .args(["status", "--json", "--state"])
+        .arg(&state)
+        .output()
+        .expect("hadar status");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(v["finished"], true, "{v}");
+    assert!(tasks_of(dir.path()).is_empty(), "tasks left alive");
+}

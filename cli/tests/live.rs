@@ -10,7 +10,6 @@ mod common;
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{binaries, jobs_file, text};
@@ -29,8 +28,8 @@ fn get(url: &str) -> (u16, String) {
 /// Starts the example's run with a live view on a free port; its address.
 fn start_run(state: &Path, jobs: &Path) -> (Child, String) {
     let (hadar, _) = binaries();
-    let mut child = Command::new(hadar)
-        .args(["run", "--cluster"])
+    let mut run = Command::new(hadar);
+    run.args(["run", "--cluster"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"))
         .arg("--jobs")
         .arg(jobs)
@@ -44,31 +43,8 @@ fn start_run(state: &Path, jobs: &Path) -> (Child, String) {
             "127.0.0.1:0",
             "--out",
         ])
-        .arg(state.with_extension("out"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn hadar run");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        if let Some(rest) = line.strip_prefix("live view: http://") {
-            let addr = rest.split('/').next().expect("address").to_string();
-            return (child, addr);
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("hadar run --serve did not say where it serves within 30 s");
+        .arg(state.with_extension("out"));
+    common::start_served(run)
 }
 
 #[test]
@@ -135,6 +111,25 @@ fn a_run_is_watched_scraped_and_rendered() {
         "metrics moved: round {} -> {}, resnet-a {} -> {}",
         moved.0, moved.1, moved.2, moved.3
     );
+
+    // Prometheus' own linter reads the classic format (what a client that
+    // does not ask for OpenMetrics gets); Prometheus asks for OpenMetrics.
+    let (_, body) = get(&format!("{base}/metrics"));
+    promtool_accepts(&body);
+    let om = reqwest::blocking::Client::new()
+        .get(format!("{base}/metrics"))
+        .header(
+            "Accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )
+        .send()
+        .expect("GET /metrics as OpenMetrics");
+    let kind = om.headers()["content-type"]
+        .to_str()
+        .expect("content type")
+        .to_string();
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    assert!(om.text().expect("body").ends_with("# EOF\n"));
 
     let (code, body) = get(&format!("{base}/api/run"));
     assert_eq!(code, 200);
@@ -239,6 +234,33 @@ impl Drop for Killed {
     }
 }
 
+/// `promtool check metrics` (Debian's prometheus package; scripts/test.sh
+/// installs it) finds nothing to say of `body`.
+fn promtool_accepts(body: &str) {
+    use std::io::Write;
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("promtool: {e}: Debian's prometheus package is needed (scripts/test.sh installs it)")
+        });
+    p.stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("to promtool");
+    let out = p.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{body}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
 /// The DOM of `url` once its script has run, from headless Chromium.
 fn chromium_dom(url: &str) -> String {
     let profile = tempfile::tempdir().expect("profile dir");
@@ -305,11 +327,81 @@ fn other_machines_need_the_token() {
         .send()
         .expect("GET");
     let with = client.get(&url).bearer_auth(token).send().expect("GET");
+    let status = |req: &str| raw_status(port, req);
+    let lower = status(&format!(
+        "GET /metrics HTTP/1.1\r\nHost: h\r\nAuthorization: bearer {token}\r\n\r\n"
+    ));
+    let unknown = status("GET /nothing-here HTTP/1.1\r\nHost: h\r\n\r\n");
+    let two_tokens = status(&format!(
+        "GET /metrics?token={token}&token=0123456789abcdef0124 HTTP/1.1\r\nHost: h\r\n\r\n"
+    ));
+    let right_and_wrong = status(&format!(
+        "GET /metrics?token=0123456789abcdef0124 HTTP/1.1\r\nHost: h\r\n\
+         Authorization: Bearer {token}\r\n\r\n"
+    ));
+    let two_hosts = status(&format!(
+        "GET /metrics HTTP/1.1\r\nHost: h\r\nHost: evil\r\n\
+         Authorization: Bearer {token}\r\n\r\n"
+    ));
+    let health = status("GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n");
     let _ = serve.kill();
     let _ = serve.wait();
+    // The scheme's name in any case (RFC 9110); a stranger learns nothing of
+    // the paths; a token or a Host said twice is refused, as is a wrong
+    // token beside the right one; the health probe needs none.
+    assert_eq!(lower, 404, "lower-case bearer");
+    assert_eq!(unknown, 401, "an unknown path before the token");
+    assert_eq!(two_tokens, 400, "two token parameters");
+    assert_eq!(right_and_wrong, 401, "a wrong token beside the right one");
+    assert_eq!(two_hosts, 400, "two Host headers");
+    assert_eq!(health, 200, "/healthz");
     assert_eq!(without.status().as_u16(), 401);
     assert_eq!(wrong.status().as_u16(), 401);
     // Authorized: no run in the directory yet, said.
     assert_eq!(with.status().as_u16(), 404);
     assert!(with.text().expect("body").contains("no run in"));
+}
+
+/// The status code the server on `port` answers `request` (sent as is).
+fn raw_status(port: u16, request: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    c.write_all(request.as_bytes()).expect("send");
+    let mut head = [0u8; 12];
+    c.read_exact(&mut head).expect("an answer");
+    // "HTTP/1.1 200"
+    text(&head[9..12]).parse().expect("a status code")
+}
+
+#[test]
+fn a_token_file_is_a_small_regular_file() {
+    let (hadar, _) = binaries();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let big = dir.path().join("big");
+    std::fs::write(&big, "x".repeat(10_000)).expect("big token file");
+    for (file, says) in [
+        (Path::new("/dev/zero"), "not a regular file"),
+        (fifo.as_path(), "not a regular file"),
+        (big.as_path(), "over 4096 bytes"),
+    ] {
+        // Neither read for ever nor left waiting for a writer: a time limit
+        // of its own makes a hang fail the test instead of holding it.
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(hadar)
+            .args(["serve", "--addr", "127.0.0.1:0", "--token-file"])
+            .arg(file)
+            .arg("--state")
+            .arg(dir.path())
+            .output()
+            .expect("hadar serve");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{}: {err}", file.display());
+        assert!(err.contains("--token-file") && err.contains(says), "{err}");
+    }
 }

@@ -144,3 +144,36 @@ pub fn hadar(args: &[&str]) -> Output {
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// Spawns `run` (a `hadar run --serve 127.0.0.1:0 ...`, maybe behind a
+/// wrapper), its output to the test's null and its stderr read until it
+/// says where the live view is; the child and that address.
+pub fn start_served(mut run: Command) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let mut child = run
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hadar run");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        if let Some(rest) = line.strip_prefix("live view: http://") {
+            let addr = rest.split('/').next().expect("address").to_string();
+            return (child, addr);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("hadar run --serve did not say where it serves within 30 s");
+}

@@ -17,6 +17,7 @@ use crate::state::{load_state, RunState};
 use crate::RunError;
 
 pub use prometheus::render as prometheus_text;
+pub use prometheus::render_classic as prometheus_classic_text;
 
 /// How many warnings and GPU spans a view carries at most (the latest).
 pub const MAX_WARNINGS: usize = 50;

@@ -47,6 +47,40 @@ pub fn render(view: &RunView) -> String {
     out
 }
 
+/// The metrics of `view` in Prometheus' classic text format (version
+/// 0.0.4), for scrapers that do not ask for OpenMetrics.
+///
+/// The client writes OpenMetrics only; the formats differ in three things
+/// this renames: a counter's family is named with its `_total` suffix in
+/// HELP and TYPE, there is no `# UNIT` and no `# EOF`.
+pub fn render_classic(view: &RunView) -> String {
+    classic(&render(view))
+}
+
+fn classic(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{tag}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
 /// The run: its identity, round, clock, and whether it is live or finished.
 fn register_run(r: &mut Registry, view: &RunView) {
     let run = vec![
@@ -244,4 +278,35 @@ fn register_rates(r: &mut Registry, view: &RunView) {
             })
             .collect(),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_names_counters_with_their_suffix_and_has_no_eof() {
+        let mut r = Registry::with_prefix("hadar");
+        counter(&mut r, "launches", "Tasks launched", 3.0);
+        gauge(&mut r, "round", "Rounds done", 2.0);
+        let mut om = String::new();
+        encode(&mut om, &r).expect("encodes");
+        assert!(om.contains("# TYPE hadar_launches counter"), "{om}");
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        let text = classic(&om);
+        assert!(
+            text.contains("# HELP hadar_launches_total Tasks launched.\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE hadar_launches_total counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("hadar_launches_total 3"), "{text}");
+        assert!(text.contains("# TYPE hadar_round gauge\n"), "{text}");
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+    }
 }

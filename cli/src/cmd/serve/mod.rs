@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -99,7 +99,7 @@ pub fn bind(addr: &str, token: Option<String>) -> Result<Listener, CliError> {
 /// The token from `file`, or else from `HADAR_SERVE_TOKEN`; none if neither.
 pub fn read_token(file: Option<&Path>) -> Result<Option<String>, CliError> {
     let t = match file {
-        Some(f) => Some(std::fs::read_to_string(f).map_err(|e| {
+        Some(f) => Some(read_token_file(f).map_err(|e| {
             CliError::Input(format!(
                 "--token-file {}: {e}",
                 escape(&f.display().to_string())
@@ -118,6 +118,31 @@ pub fn read_token(file: Option<&Path>) -> Result<Option<String>, CliError> {
         ))),
         t => Ok(t),
     }
+}
+
+/// The most a token file may hold: a token is a line of a few dozen bytes.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// A token file's text: a regular file of at most [`MAX_TOKEN_FILE_BYTES`]
+/// (`/dev/zero` would be read for ever, a FIFO would wait for a writer).
+fn read_token_file(f: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let m = std::fs::metadata(f)?;
+    if !m.is_file() {
+        return Err(std::io::Error::other(
+            "not a regular file: write the token into a file (openssl rand -hex 16 > FILE)",
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(f)?
+        .take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "over {MAX_TOKEN_FILE_BYTES} bytes: a token file holds the token alone"
+        )));
+    }
+    Ok(text)
 }
 
 /// `hadar serve`: serves until interrupted.
@@ -160,10 +185,88 @@ fn serve_blocking(l: Listener, state: PathBuf) -> Result<(), CliError> {
             token: l.token,
             cache: Mutex::new(None),
         }));
-        axum::serve(listener, app)
-            .await
-            .map_err(|e| CliError::output(format!("serving on {}", l.addr), e))
+        accept_loop(listener, app, Limits::DEFAULT.within_descriptors()).await;
+        Ok(())
     })
+}
+
+/// What one viewer may hold of the server: a run must never be put at
+/// risk by its viewers, and a client that sends half a request, or never
+/// reads its answer, would otherwise hold a descriptor for ever (a few
+/// hundred of them and the run could not save its state).
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Connections served at once; one more is closed as it is accepted.
+    connections: usize,
+    /// Time a client has to send a request's headers.
+    header_read: Duration,
+    /// Time a connection may live, keep-alive included; then it is closed
+    /// after the request in flight (or at once, `drain` later).
+    lifetime: Duration,
+    /// Time a request in flight at the end of `lifetime` has to finish.
+    drain: Duration,
+}
+
+impl Limits {
+    /// A page polls every couple of seconds and a Prometheus scrape is one
+    /// request: a few dozen connections serve any real audience.
+    const DEFAULT: Limits = Limits {
+        connections: 64,
+        header_read: Duration::from_secs(10),
+        lifetime: Duration::from_secs(120),
+        drain: Duration::from_secs(10),
+    };
+
+    /// At most a quarter of this process's descriptors for viewers: the
+    /// rest stay for the run's state saves, logs and tasks, whatever the
+    /// limit (`ulimit -n`) it was started with.
+    fn within_descriptors(self) -> Limits {
+        let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(soft, _)| soft);
+        let quarter = usize::try_from(soft / 4).unwrap_or(usize::MAX).max(1);
+        Limits {
+            connections: self.connections.min(quarter),
+            ..self
+        }
+    }
+}
+
+/// Accepts and serves connections until the process ends, within `limits`.
+async fn accept_loop(listener: tokio::net::TcpListener, app: Router, limits: Limits) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, or a connection reset before it was
+                // taken: wait a little rather than spin, and go on.
+                tracing::debug!("accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Full: the newcomer is closed at once, before it costs more.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read);
+            let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = tokio::time::sleep(limits.lifetime) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(limits.drain, conn).await;
+                }
+            }
+            drop(slot);
+        });
+    }
 }
 
 /// What the handlers share.
@@ -184,15 +287,28 @@ fn router(s: Arc<Served>) -> Router {
         .route("/api/run", get(api))
         .route("/metrics", get(prometheus))
         .route("/healthz", get(|| async { "ok\n" }))
+        // Every request, an unknown path's too, shows its token first:
+        // without it, a 404 or 405 tells a stranger what is served.
+        .layer(axum::middleware::from_fn_with_state(s.clone(), guard))
         .with_state(s)
 }
 
-type Q = Query<std::collections::HashMap<String, String>>;
-
-async fn page(State(s): State<Arc<Served>>, h: HeaderMap, q: Q) -> Response {
-    if let Err(r) = s.allowed(&h, &q) {
-        return r.into_response();
+/// Lets a request through only once [`Served::allowed`] says so (the
+/// health probe apart: it says "ok" and nothing of the run).
+async fn guard(
+    State(s): State<Arc<Served>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if req.uri().path() != "/healthz" {
+        if let Err(r) = s.allowed(req.headers(), req.uri()) {
+            return r.into_response();
+        }
     }
+    next.run(req).await
+}
+
+async fn page() -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -208,27 +324,37 @@ async fn page(State(s): State<Arc<Served>>, h: HeaderMap, q: Q) -> Response {
         .into_response()
 }
 
-async fn api(State(s): State<Arc<Served>>, h: HeaderMap, q: Q) -> Response {
-    if let Err(r) = s.allowed(&h, &q) {
-        return r.into_response();
-    }
+async fn api(State(s): State<Arc<Served>>) -> Response {
     match s.view().await {
         Ok(v) => axum::Json(&*v).into_response(),
         Err(r) => r.into_response(),
     }
 }
 
-async fn prometheus(State(s): State<Arc<Served>>, h: HeaderMap, q: Q) -> Response {
-    if let Err(r) = s.allowed(&h, &q) {
-        return r.into_response();
-    }
+/// The metrics in the format the scraper asks for: OpenMetrics where its
+/// `Accept` names it (Prometheus does), else Prometheus' classic text
+/// format (what `curl` and `promtool check metrics` read).
+async fn prometheus(State(s): State<Arc<Served>>, h: HeaderMap) -> Response {
+    let openmetrics = h
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
     match s.view().await {
+        Ok(v) if openmetrics => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            hadar_runtime::view::prometheus_text(&v),
+        )
+            .into_response(),
         Ok(v) => (
             [(
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            hadar_runtime::view::prometheus_text(&v),
+            hadar_runtime::view::prometheus_classic_text(&v),
         )
             .into_response(),
         Err(r) => r.into_response(),
@@ -236,14 +362,23 @@ async fn prometheus(State(s): State<Arc<Served>>, h: HeaderMap, q: Q) -> Respons
 }
 
 impl Served {
-    /// Checks the request's token where one is set.
-    fn allowed(&self, h: &HeaderMap, q: &Q) -> Result<(), Refused> {
+    /// Checks the request's token where one is set. A request that says a
+    /// thing twice (two Host headers, two tokens) is refused: a proxy and
+    /// this server could each read another one of the two.
+    fn allowed(&self, h: &HeaderMap, uri: &axum::http::Uri) -> Result<(), Refused> {
+        let hosts: Vec<_> = h.get_all(header::HOST).iter().collect();
+        if hosts.len() > 1 {
+            return Err(Refused(
+                StatusCode::BAD_REQUEST,
+                "more than one Host header".into(),
+            ));
+        }
         let Some(want) = &self.token else {
             // Loopback without a token: a web page elsewhere could point
             // its own name at 127.0.0.1 (DNS rebinding) and read the run;
             // its requests carry its name in Host, so only loopback names
             // are served.
-            let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
+            let host = hosts.first().and_then(|v| v.to_str().ok());
             return if host.is_some_and(loopback_host) {
                 Ok(())
             } else {
@@ -255,12 +390,10 @@ impl Served {
                 ))
             };
         };
-        let bearer = h
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let given = bearer.or(q.get("token").map(String::as_str));
-        if given.is_some_and(|g| same(g.as_bytes(), want.as_bytes())) {
+        let given = given_tokens(h, uri)?;
+        // Every token the request carries must be the one: a wrong one
+        // beside a right one is still a guess.
+        if !given.is_empty() && given.iter().all(|g| same(g.as_bytes(), want.as_bytes())) {
             Ok(())
         } else {
             Err(Refused(
@@ -326,8 +459,14 @@ fn file_key(path: &Path) -> Option<FileKey> {
 struct Refused(StatusCode, String);
 
 impl Refused {
+    /// A failure of this server's: the details (paths, a parser's words)
+    /// go to the server's own log, never to the client.
     fn internal(message: String) -> Self {
-        Self(StatusCode::INTERNAL_SERVER_ERROR, escape(&message))
+        tracing::warn!("the live view could not be served: {}", escape(&message));
+        Self(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the run's state could not be read; the server's log says why".into(),
+        )
     }
 }
 
@@ -352,6 +491,36 @@ fn loopback_host(host: &str) -> bool {
         || name
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The tokens a request carries: its `Authorization: Bearer` header (the
+/// scheme's name in any case, as RFC 9110 reads it) and its `token`
+/// parameter; either at most once.
+fn given_tokens(h: &HeaderMap, uri: &axum::http::Uri) -> Result<Vec<String>, Refused> {
+    let twice = |what: &str| Refused(StatusCode::BAD_REQUEST, format!("more than one {what}"));
+    let mut given = Vec::new();
+    let auth: Vec<_> = h.get_all(header::AUTHORIZATION).iter().collect();
+    if auth.len() > 1 {
+        return Err(twice("Authorization header"));
+    }
+    if let Some(v) = auth.first().and_then(|v| v.to_str().ok()) {
+        if let Some((scheme, token)) = v.trim().split_once(' ') {
+            if scheme.eq_ignore_ascii_case("bearer") {
+                given.push(token.trim().to_string());
+            }
+        }
+    }
+    let params = Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|Query(p)| p)
+        .unwrap_or_default();
+    let mut tokens = params.into_iter().filter(|(k, _)| k == "token");
+    if let Some((_, t)) = tokens.next() {
+        if tokens.next().is_some() {
+            return Err(twice("token parameter"));
+        }
+        given.push(t);
+    }
+    Ok(given)
 }
 
 /// Compares in time independent of where the bytes differ.
