@@ -13,7 +13,17 @@ cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says when it starts and how long the one before it took, so that
+# a CI log shows where the time goes (docs/performance.md, "CI").
+t0=$(date +%s)
+last=$t0
+step() {
+  local now
+  now=$(date +%s)
+  [ "$now" -gt "$t0" ] && printf '    (%d s; %d s since the start)\n' $((now - last)) $((now - t0))
+  last=$now
+  printf '\n==> %s\n' "$*"
+}
 
 # System packages the build or tests need: a C compiler, OpenSSL and zlib
 # headers for ssh2 (libssh2 is built from source), and the tools the SSH test
@@ -33,7 +43,7 @@ command -v nsenter >/dev/null || need+=(util-linux)
 [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v openssl >/dev/null || need+=(openssl)
-# The live view's page is loaded in a real headless browser (cli/tests/live.rs).
+# The live view's page is loaded in a real headless browser (cli/tests/commands/live.rs).
 command -v chromium >/dev/null || need+=(chromium)
 # /metrics is checked by Prometheus' own linter (promtool, in Debian's
 # prometheus package; its server is never started, see below).

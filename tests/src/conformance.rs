@@ -174,6 +174,12 @@ pub fn local_trainer() -> PathBuf {
 
 /// A spec for scenario `name`.
 pub fn spec(t: &Target, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
+    // Unique in this process: suites of several backends (or one bare and
+    // one under a layer) run the same scenario at once in one test binary,
+    // and a backend finds a task by its token alone.
+    static SPECS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SPECS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let token = format!("conformance-{name}-{}-{n}", std::process::id());
     TaskSpec {
         run: "conformance".into(),
         job: 7,
@@ -188,15 +194,12 @@ pub fn spec(t: &Target, name: &str, argv: Vec<String>, total: u64) -> TaskSpec {
         argv,
         env: vec![],
         // Named as the runtime names a task's directory: `tasks/<token>`.
-        workdir: t
-            .workdir
-            .join("tasks")
-            .join(format!("conformance-{name}-{}", std::process::id())),
+        workdir: t.workdir.join("tasks").join(&token),
         inputs: vec![],
         total_iterations: total,
         deadline_unix_s: 4_000_000_000.0,
         seed: 1,
-        token: format!("conformance-{name}-{}", std::process::id()),
+        token,
         options: Default::default(),
         ranks: Default::default(),
         rendezvous: None,
@@ -551,8 +554,7 @@ pub async fn arguments_arrive_intact(h: &Harness) {
     let expected: String = nasty.iter().map(|a| format!("[{a}]\n")).collect();
     assert_eq!(log(b, &task).await, expected);
     // The witness would sit in the scenario's directory: fetch it from there.
-    let probe = spec(t, "quoting", vec!["true".into()], 1).handle("0");
-    let mut probe = probe;
+    let mut probe = s.handle("0");
     probe.workdir = t.workdir.clone();
     assert_eq!(
         file(b, &probe, "pwned").await,

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-mod common;
+use crate::common;
 use common::{hadar, text};
 
 /// A sweep small enough for a test: 120 jobs on 6 GPUs, 40 measured.

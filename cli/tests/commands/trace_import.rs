@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-mod common;
+use crate::common;
 use common::{hadar, text};
 
 fn write(dir: &Path, name: &str, body: &str) -> String {

@@ -5,7 +5,7 @@
 //! writes the report with its plots inline; `hadar serve` on a
 //! non-loopback address asks every request for its token.
 
-mod common;
+use crate::common;
 
 use std::io::BufRead;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! over SSH, on Slurm and in Docker from configurations that differ in one
 //! line.
 
-mod common;
+use crate::common;
 use common::text;
 
 use std::path::Path;

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-mod common;
+use crate::common;
 use common::hadar;
 
 fn stdout(o: &Output) -> String {

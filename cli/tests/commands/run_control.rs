@@ -4,7 +4,7 @@
 //! the old run's tasks; a deleted checkpoint is said and counted; a
 //! finished run says so.
 
-mod common;
+use crate::common;
 use common::text;
 
 use std::path::{Path, PathBuf};
