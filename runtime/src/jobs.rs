@@ -658,6 +658,31 @@ pub fn check_placeable(jobs: &[RunJob], cluster: &Cluster, multi_node: bool) -> 
         if groups.iter().zip(&rooms).any(|((_, gang), r)| r.0 >= *gang) {
             continue;
         }
+        let unknown: Vec<&str> = groups
+            .iter()
+            .flat_map(|(t, _)| t)
+            .filter(|t| cluster.gpu_type_id(t).is_none())
+            .map(String::as_str)
+            .collect();
+        if unknown.len() == groups.iter().map(|(t, _)| t.len()).sum::<usize>() {
+            // None of its types is here: no gang size or rank layout helps.
+            return Err(Error::Inconsistent {
+                location: Location::new("the jobs file").field(format!("job[{i}].gpu_types")),
+                message: format!(
+                    "job `{}` runs on {}, and this cluster has no GPU of {}: its GPU types \
+                     are {}; name one of them in the job's `gpu_types` (or `alternatives`), \
+                     or add such nodes to the cluster file",
+                    j.name,
+                    unknown.join(", "),
+                    if unknown.len() == 1 {
+                        "that type"
+                    } else {
+                        "those types"
+                    },
+                    cluster.gpu_types().join(", ")
+                ),
+            });
+        }
         let mut best = (0, "no GPU of its types".to_string());
         for r in rooms {
             if r.0 > best.0 {
@@ -832,6 +857,25 @@ pub fn to_model(jobs: &[RunJob], gpu_types: &[String]) -> (Vec<Job>, ThroughputT
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_on_types_the_cluster_lacks_is_told_so() {
+        let cluster = hadar_core::cluster::Cluster::from_short_form("v100=2,k80=2", 2).unwrap();
+        let jobs = parse_jobs(
+            "[[job]]\nname = \"a\"\ncommand = [\"t\"]\niterations = 10\n\
+             gpu_types = [\"a100\"]\n",
+            "j.toml",
+        )
+        .unwrap();
+        let err = check_placeable(&jobs, &cluster, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("job[0].gpu_types") && err.contains("a100") && err.contains("v100, k80"),
+            "{err}"
+        );
+        assert!(!err.contains("gang"), "no gang size helps: {err}");
+    }
 
     #[test]
     fn a_job_may_have_its_own_stop_signal_and_grace() {

@@ -20,6 +20,7 @@ mod logs;
 pub mod parallel;
 pub mod rates;
 mod real_rounds;
+mod recover;
 pub mod state;
 pub mod view;
 
@@ -383,6 +384,15 @@ pub enum Event {
         /// When (s since the run's start).
         at_s: f64,
     },
+    /// The run resumes a saved one (said once, before its first round).
+    Resumed {
+        /// Rounds the saved run had done.
+        round: u64,
+        /// Of its jobs, those finished.
+        finished: usize,
+        /// Tasks it recorded as running or launching: adopted where alive.
+        tasks: usize,
+    },
     /// Something went wrong and the run went on (a node lost, a task
     /// killed as hung, work lost): said as it happens, and again in the
     /// report's warnings.
@@ -585,6 +595,13 @@ pub async fn run(
     let workload = workload(&config)?;
     let (mut state, resume) = load_run_state(&config, &backend, &workload)?;
     let already_finished = state.finished;
+    if let Some(l) = state.loop_state.as_ref().filter(|l| l.round > 0) {
+        on_event(Event::Resumed {
+            round: l.round,
+            finished: state.jobs.iter().filter(|j| j.complete).count(),
+            tasks: state.running.len() + state.launching.len(),
+        });
+    }
     let experiment = Experiment::new(
         workload,
         SimSettings {
@@ -609,6 +626,7 @@ pub async fn run(
         on_event,
         clock,
         told_format: Default::default(),
+        told_silent: Default::default(),
     };
     let result = drive(&mut exec, &experiment, resume).await;
     let closed = backend.close().await;
@@ -966,6 +984,16 @@ mod tests {
             hang_timeout: Some(5.0),
             ..Guards::default()
         };
+        assert_eq!(
+            real_rounds::silent_after(300.0),
+            60.0,
+            "a minute, before a report"
+        );
+        assert_eq!(
+            real_rounds::silent_after(10.0),
+            2.0,
+            "a fifth of a short limit"
+        );
         assert_eq!(hang_limit(&set, false, 0.0), 5.0);
         assert_eq!(hang_limit(&set, true, 30.0), 5.0);
     }

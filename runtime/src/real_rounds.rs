@@ -71,6 +71,15 @@ pub(crate) struct RealRounds<'a> {
     pub(crate) clock: RunClock,
     /// Jobs told this run that their checkpoint is not safetensors (once).
     pub(crate) told_format: HashSet<u32>,
+    /// Tasks told this run that they have not reported yet (once).
+    pub(crate) told_silent: HashSet<String>,
+}
+
+/// How long a task may stay silent after its start before it is said to
+/// be: a fifth of its hang limit ([`hang_limit`]: five minutes before a
+/// first report), at most a minute.
+pub(crate) fn silent_after(limit_s: f64) -> f64 {
+    (limit_s / 5.0).min(60.0)
 }
 
 /// The run's time (s since its start), from the monotonic clock: the wall
@@ -126,7 +135,7 @@ type Key = (u32, u32);
 
 /// What happened to the tasks of one round, for its report.
 #[derive(Default)]
-struct Ledger {
+pub(crate) struct Ledger {
     /// Iterations each task did this round (before the finish cap).
     steps: HashMap<Key, u64>,
     /// When each task ended in this round (s since the run's start).
@@ -136,14 +145,14 @@ struct Ledger {
     /// When each task first made progress, if that was in this round.
     first_progress: HashMap<Key, f64>,
     lost_nodes: Vec<String>,
-    warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Tasks of several nodes dropped with a lost node: their ranks on the
     /// nodes still up are stopped ([`RealRounds::stop_stranded`]).
     stranded: Vec<Running>,
     /// Ended tasks whose checkpoints could not be collected (a full or
     /// read-only state directory): each caller keeps them recorded where
     /// they came from, for a later look to collect.
-    uncollected: Vec<Running>,
+    pub(crate) uncollected: Vec<Running>,
     /// By task: how it failed this poll (its status) and the note on its
     /// log (where it is, the last lines it printed), for its job's error
     /// and its warning.
@@ -201,7 +210,12 @@ impl RealRounds<'_> {
     }
 
     /// A backend error about task `r`, naming it.
-    fn task_error(&self, r: &Running, operation: &'static str, source: BackendError) -> RunError {
+    pub(crate) fn task_error(
+        &self,
+        r: &Running,
+        operation: &'static str,
+        source: BackendError,
+    ) -> RunError {
         RunError::Task {
             job: self.config.jobs[r.job as usize].name.clone(),
             copy: r.copy,
@@ -399,7 +413,7 @@ impl RealRounds<'_> {
 
     /// Collects the checkpoints of ended tasks (all fetched side by side),
     /// job by job; what a task did without leaving a checkpoint is lost.
-    async fn bank(
+    pub(crate) async fn bank(
         &mut self,
         by_job: BTreeMap<u32, Vec<Running>>,
         ledger: &mut Ledger,
@@ -685,7 +699,7 @@ impl RealRounds<'_> {
     }
 
     /// How job `job`'s tasks are stopped (its own signal, else the run's).
-    fn stop_policy(&self, job: u32) -> hadar_backend::StopPolicy {
+    pub(crate) fn stop_policy(&self, job: u32) -> hadar_backend::StopPolicy {
         match self.config.jobs.get(job as usize) {
             Some(j) => j.stop_policy(self.config.stop),
             None => self.config.stop,
@@ -1063,6 +1077,19 @@ impl RealRounds<'_> {
         let r = &self.state.running[i];
         if hung {
             polled.hung.insert((r.job, r.copy));
+        } else if status.state == TaskState::Running
+            && r.iterations == 0
+            && now - r.progress_s > silent_after(limit)
+            && self.told_silent.insert(r.handle.token.clone())
+        {
+            ledger.warnings.push(format!(
+                "job {} copy {}: no progress report {:.0} s after its start (loading data?); \
+                 without one it is taken for hung at {limit:.0} s; its log: {}",
+                self.config.jobs[r.job as usize].name,
+                r.copy,
+                now - r.progress_s,
+                crate::logs::place(&r.handle)
+            ));
         }
         if let TaskState::Broken { rank, code } = status.state {
             // A gang fails as a whole: the others are stopped after their
@@ -1407,7 +1434,7 @@ fn credited(path: &std::path::Path, r: &Running) -> (u64, Option<String>) {
 
 /// Says the warnings of a ledger no round report carries (a restart's, a
 /// halt's, the run's end), in the log.
-fn say_warnings(ledger: Ledger) {
+pub(crate) fn say_warnings(ledger: Ledger) {
     for w in ledger.warnings {
         tracing::warn!("{w}");
     }
@@ -1498,84 +1525,6 @@ impl RealRounds<'_> {
             finished?;
         }
         // The last rounds' ended tasks go too.
-        self.persist_and_clean_up().await
-    }
-
-    /// Takes over the tasks a killed run recorded as being launched: found
-    /// by their token, they join the running tasks; not found, they never
-    /// started (or ended), and are dropped. Never two tasks of one (job,
-    /// copy).
-    pub(crate) async fn adopt(&mut self) -> Result<(), RunError> {
-        // Taken off the list only once every entry is settled: a failure on
-        // the way leaves them recorded for the next try.
-        let launching = self.state.launching.clone();
-        let mut ended: BTreeMap<u32, Vec<Running>> = BTreeMap::new();
-        let mut kept: Vec<Running> = Vec::new();
-        for mut r in launching {
-            let running = self
-                .state
-                .running
-                .iter()
-                .any(|x| (x.job, x.copy) == (r.job, r.copy));
-            let found = match self.backend.find(&r.handle).await {
-                Err(e) if e.lost_node().is_some() => {
-                    // Its node does not answer: the task may live on there.
-                    // It stays recorded for a later run to find.
-                    tracing::warn!(
-                        "job {} copy {}: cannot look for the task launched before the \
-                         restart ({e}); it stays recorded",
-                        self.config.jobs[r.job as usize].name,
-                        r.copy
-                    );
-                    kept.push(r);
-                    continue;
-                }
-                Err(e) => return Err(self.task_error(&r, "find it after a restart", e)),
-                Ok(found) => found,
-            };
-            match found {
-                Some(h) if !running => {
-                    tracing::warn!(
-                        "job {} copy {}: adopting task {} launched by a run that was killed \
-                         before it saved it",
-                        self.config.jobs[r.job as usize].name,
-                        r.copy,
-                        h.id
-                    );
-                    r.handle = h;
-                    self.state.running.push(r);
-                }
-                Some(h) => {
-                    tracing::warn!("stopping task {}: its (job, copy) already runs", h.id);
-                    let policy = self.stop_policy(r.job);
-                    for res in stop_each(&self.backend, vec![(h, policy)]).await {
-                        res?;
-                    }
-                }
-                None => ended.entry(r.job).or_default().push(r),
-            }
-        }
-        // Launched and already ended: no poll saw their last report, so
-        // their jobs' metrics (accuracy, loss) are read from their logs'
-        // ends; then they are collected as any ended task is.
-        for r in ended.values().flatten() {
-            if let Some(rep) = crate::logs::last_report(&*self.backend, &r.handle).await {
-                if !rep.metrics.is_empty() {
-                    self.state.jobs[r.job as usize].metrics = rep.metrics;
-                }
-            }
-        }
-        let mut ledger = Ledger::default();
-        if let Err(e) = self.bank(ended, &mut ledger).await {
-            tracing::warn!(
-                "collecting the checkpoints of tasks that ended while no run watched: {e}"
-            );
-        }
-        // Not collected: they stay write-ahead entries (their handles have
-        // no id to ask a status of), for the next look to find and collect.
-        kept.append(&mut ledger.uncollected);
-        say_warnings(ledger);
-        self.state.launching = kept;
         self.persist_and_clean_up().await
     }
 

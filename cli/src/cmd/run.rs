@@ -58,7 +58,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "hadar")]
     pub policy: String,
     /// Round length in seconds.
-    #[arg(long, default_value_t = hadar_runtime::DEFAULT_ROUND_S, value_name = "S")]
+    #[arg(long, default_value_t = hadar_runtime::DEFAULT_ROUND_S, value_name = "S", allow_negative_numbers = true)]
     pub round_seconds: f64,
     /// Directory for the run's state, logs and checkpoints.
     #[arg(long, default_value = "hadar-run", value_name = "DIR")]
@@ -279,12 +279,22 @@ fn backend(args: &RunArgs, cluster: &Cluster, text: &str) -> Result<Arc<dyn Back
     Ok(registry.build(&args.backend, &inputs)?)
 }
 
+/// Below this a real run's round is mostly the switch between rounds.
+const MIN_USEFUL_ROUND_S: f64 = 1.0;
+
 /// Runs `hadar run`.
 pub fn run(args: RunArgs) -> Result<(), CliError> {
     // First: a stop asked while the inputs are read is heard, not fatal.
     let interrupt = on_signals()?;
     let policy = PolicyKind::parse(&args.policy)?;
     super::check_round_seconds(args.round_seconds)?;
+    if args.round_seconds < MIN_USEFUL_ROUND_S {
+        eprintln!(
+            "warning: --round-seconds {}: real tasks take a second or more to stop, save and \
+             start, so rounds this short are spent switching; use {MIN_USEFUL_ROUND_S} s or more",
+            args.round_seconds
+        );
+    }
     let signal: Signal = args
         .stop_signal
         .parse()
@@ -437,6 +447,19 @@ fn run_with_bars(
                 job_bars[job].set_message(format!("done at {at_s:.1} s"));
                 job_bars[job].finish();
             }
+            Event::Resumed {
+                round,
+                finished,
+                tasks,
+            } => {
+                bars.println(&format!(
+                    "resuming the saved run in {} after its round {round}: {finished} of {} \
+                     jobs finished, {tasks} task{} recorded as running (adopted where alive)",
+                    escape(&config.state_dir.display().to_string()),
+                    job_bars.len(),
+                    if tasks == 1 { "" } else { "s" }
+                ));
+            }
             Event::Round { round, tasks } => {
                 for b in job_bars {
                     if !b.is_finished() {
@@ -580,6 +603,13 @@ pub fn stop(args: StopArgs) -> Result<(), CliError> {
         )));
     }
     if !hadar_runtime::request_stop(&args.state).map_err(CliError::Run)? {
+        let orphans = load_state(&args.state)
+            .ok()
+            .flatten()
+            .map_or(0, |s| s.running.len() + s.launching.len());
+        if orphans > 0 {
+            return Err(CliError::Input(unwatched(orphans, &args.state)));
+        }
         return Err(usage(format!(
             "no hadar run is using {} (nothing to stop); `hadar status --state {}` shows \
              what it holds",
@@ -607,6 +637,18 @@ pub fn stop(args: StopArgs) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+/// What to say of `n` tasks recorded as running in `dir` that no run
+/// watches: nothing stops them but a run that adopts them.
+fn unwatched(n: usize, dir: &Path) -> String {
+    let dir = escape(&dir.display().to_string());
+    format!(
+        "no hadar run holds {dir}, but {n} task{} recorded there may still be running (its \
+         run was killed or crashed); the same `hadar run` command adopts them and goes on, \
+         and `hadar stop --state {dir}` then stops them after their checkpoints",
+        if n == 1 { "" } else { "s" }
+    )
 }
 
 /// `--out DIR`: the run's report as files (see `hadar simulate --out`).
@@ -796,10 +838,20 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         .loop_state
         .as_ref()
         .map_or(&[], |l| l.warnings.as_slice());
+    // Tasks recorded as running with no run holding the directory: its
+    // scheduler was killed (-9, a crash, a lost head node) and they may run on.
+    let live = hadar_runtime::is_running(&args.state);
+    let orphans = if live {
+        0
+    } else {
+        state.running.len() + state.launching.len()
+    };
     if args.json {
         let text = serde_json::to_string_pretty(&serde_json::json!({
             "round": round,
             "finished": state.finished,
+            "live": live,
+            "unwatched_tasks": orphans,
             "jobs": jobs,
             "tasks": status_tasks(&state),
             "rates": state.rates,
@@ -816,6 +868,9 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
     );
     if let Some(why) = &state.stopped {
         println!("stopped: {}", escape_lines(why));
+    }
+    if orphans > 0 {
+        println!("{}", unwatched(orphans, &args.state));
     }
     print!("{}", status_table(&jobs).render());
     print_tasks(&state);

@@ -135,7 +135,12 @@ pub struct SweepArgs {
     pub throughputs: String,
 
     /// Round length in seconds.
-    #[arg(long, default_value_t = 360.0, value_name = "S")]
+    #[arg(
+        long,
+        default_value_t = 360.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     pub round_seconds: f64,
 
     /// Minimum simulated seconds between two recomputations of the LP

@@ -807,3 +807,45 @@ fn logs_to_a_pipe_have_no_colour_codes() {
     );
     assert!(!err.contains('\u{1b}'), "colour codes in a piped log");
 }
+
+/// `--round-seconds -1` is a value, not an unknown flag, and is refused as
+/// one (exit 2); a real run's round under a second is warned about.
+#[test]
+fn round_seconds_are_read_as_values_and_short_real_rounds_warned() {
+    for cmd in [
+        &["simulate", "--no-bound", "--round-seconds", "-1"][..],
+        &["sweep", "--out", "none", "--round-seconds", "-1"][..],
+        &[
+            "run",
+            "--cluster",
+            "v100=1",
+            "--jobs",
+            "none.toml",
+            "--round-seconds",
+            "-1",
+        ][..],
+    ] {
+        let o = hadar(cmd);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--round-seconds -1: expected seconds above 0"),
+            "{cmd:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = hadar(&[
+        "run",
+        "--cluster",
+        "v100=1",
+        "--jobs",
+        "/nonexistent/jobs.toml",
+        "--round-seconds",
+        "0.001",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: --round-seconds 0.001: real tasks take a second"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -150,7 +150,13 @@ fn ctrl_c_stops_the_tasks_after_their_checkpoints_and_the_run_resumes() {
             .is_some_and(|w| w.contains("stopped on request")),
         "{why}"
     );
-    let v = report(&run.finish(&[]));
+    let resumed = run.finish(&[]);
+    assert!(
+        text(&resumed.stderr).contains("resuming the saved run in"),
+        "a resumed run says what it resumed: {}",
+        text(&resumed.stderr)
+    );
+    let v = report(&resumed);
     all_finished(&v);
     assert_eq!(saved("stopped"), None, "cleared by the run that resumed");
     // Stopped tasks left checkpoints: nothing was lost.
@@ -261,6 +267,30 @@ fn fresh_stops_the_old_tasks_and_starts_over() {
     child.wait().expect("wait");
     let orphans = tasks_of(&run.state);
     assert!(!orphans.is_empty(), "the killed run's tasks run on");
+    // Neither `hadar stop` nor `hadar status` takes them for stopped.
+    let (hadar, _) = binaries();
+    let stop = Command::new(hadar)
+        .args(["stop", "--state"])
+        .arg(&run.state)
+        .output()
+        .expect("hadar stop");
+    assert_eq!(stop.status.code(), Some(3), "{}", text(&stop.stderr));
+    assert!(
+        text(&stop.stderr).contains("may still be running")
+            && text(&stop.stderr).contains("adopts them"),
+        "{}",
+        text(&stop.stderr)
+    );
+    let status = Command::new(hadar)
+        .args(["status", "--state"])
+        .arg(&run.state)
+        .output()
+        .expect("hadar status");
+    assert!(
+        text(&status.stdout).contains("no hadar run holds"),
+        "{}",
+        text(&status.stdout)
+    );
     let o = run.finish(&["--fresh"]);
     let v = report(&o);
     all_finished(&v);
@@ -639,4 +669,31 @@ fn gpus_per_node_makes_a_short_form_cluster_hold_a_gang() {
     let ok = run(&["--gpus-per-node", "2"], "b");
     assert!(ok.status.success(), "{}", text(&ok.stderr));
     all_finished(&report(&ok));
+}
+
+/// A task that has not reported progress a fifth of its hang limit after
+/// its start (at most a minute) is said to be, with its log; it goes on.
+#[test]
+fn a_silent_task_is_said_before_it_is_taken_for_hung() {
+    let (_, trainer) = binaries();
+    let run = Run::new();
+    std::fs::write(
+        &run.jobs,
+        format!(
+            "[[job]]\nname = \"slow-start\"\ncommand = [\"sh\", \"-c\", \"sleep 5; exec \\\"$0\\\"\", \
+             \"{}\"]\niterations = 300\ngang = 1\nthroughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n",
+            trainer.display()
+        ),
+    )
+    .expect("jobs");
+    let o = run.finish(&["--hang-timeout", "15"]);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("job slow-start copy ")
+            && err.contains(": no progress report")
+            && err.contains("taken for hung at 15 s")
+            && err.contains("task.log"),
+        "{err}"
+    );
+    all_finished(&report(&o));
 }

@@ -1140,3 +1140,52 @@ async fn removals_owed_by_a_killed_run_are_done_by_the_next() {
     let state = load_state(dir.path()).expect("state").expect("saved");
     assert!(state.to_clean.is_empty(), "{:?}", state.to_clean);
 }
+
+/// A task recorded as running under a pid that is no longer its own (the
+/// pid taken by another process; a state restored from a copy) is found
+/// again by its token and followed: the stranger is neither signalled nor
+/// taken for the task, and the task is not launched beside itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_saved_pid_is_another_process_s_is_followed_by_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(PolicyKind::HADAR, dir.path(), 6000);
+    let first = tokio::time::timeout(
+        Duration::from_millis(2500),
+        run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {}),
+    )
+    .await;
+    assert!(first.is_err(), "the first run was cut short");
+    let mut stranger = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("sleep");
+    let path = dir.path().join("state.json");
+    let mut raw: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("state.json")).expect("json");
+    let task = raw["running"][0]["handle"]["id"]
+        .as_str()
+        .expect("a task recorded as running")
+        .to_string();
+    raw["running"][0]["handle"]["id"] = stranger.id().to_string().into();
+    std::fs::write(&path, serde_json::to_vec(&raw).expect("json")).expect("state.json");
+    let mut warnings = Vec::new();
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |e| {
+        if let hadar_runtime::Event::Warning(w) = e {
+            warnings.push(w);
+        }
+    })
+    .await
+    .expect("resumed run");
+    let alive = stranger.try_wait().expect("wait").is_none();
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    assert!(alive, "the stranger was signalled");
+    for j in &report.jobs {
+        assert_eq!(j.state, "finished", "{j:?}");
+    }
+    let followed = format!("runs as {task} (found by its token)");
+    assert!(
+        warnings.iter().any(|w| w.contains(&followed)),
+        "{followed:?} not in {warnings:?}"
+    );
+}
