@@ -213,7 +213,8 @@ fn check_program_here(job: &str, program: &str, path: Option<&String>) -> Result
         "is not on PATH (give its path, absolute or relative to the jobs file)"
     };
     let hint = if program.ends_with("hadar-trainer") {
-        " (build it: cargo build --release -p hadar-example-trainer)"
+        " (build it with hadar, from the repository's root: cargo build --release -p hadar-cli \
+         -p hadar-example-trainer; then export PATH=\"$PWD/target/release:$PATH\")"
     } else {
         ""
     };
