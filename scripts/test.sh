@@ -72,9 +72,26 @@ fi
 step "build (once; tests reuse it)"
 cargo test --workspace --locked --no-run
 
+# Clippy compiles everything once more, in check mode, which no other step
+# can reuse. It runs beside the tests, at the lowest priority and in a target
+# directory of its own (a running `cargo test` holds target/'s lock): it takes
+# the CPU the tests leave idle while they wait on processes, services and
+# timeouts, and the tests keep theirs. Its verdict is read at the end.
+clippy_pid=
+if [ "$quick" = 0 ]; then
+  step "clippy, started beside the tests (target/clippy, its output in target/clippy.log)"
+  # (A session of its own: a failing run stops it with its compilers.)
+  setsid nice -n 19 cargo clippy --workspace --all-targets --locked --target-dir target/clippy \
+    -- -D warnings >target/clippy.log 2>&1 &
+  clippy_pid=$!
+fi
+
 # What the test hosts started is stopped at the end, also on a failure.
 started=()
 stop_test_hosts() {
+  if [ -n "${clippy_pid:-}" ] && kill -0 "$clippy_pid" 2>/dev/null; then
+    kill -- "-$clippy_pid" 2>/dev/null || true
+  fi
   for s in "${started[@]}"; do "$s" down >/dev/null 2>&1 || true; done
 }
 trap stop_test_hosts EXIT
@@ -120,9 +137,9 @@ venv=target/python-venv
 step "the wheel (maturin: hadar beside hadar_job), installed in a fresh venv"
 # In the test build's profile, tagged linux_x86_64 as it is (a wheel for PyPI is
 # built with --release --strip and repaired to manylinux, see README.md). hadar-cli
-# alone has other features than the workspace's test build (dev-dependencies turn
-# on tokio's test-util, ...), so its dependencies are compiled once more: about
-# 3 minutes on 2 cores (CI, 2026-11-26), and target/debug/hadar is relinked.
+# turns on itself the features the test build's dev-dependencies turn on
+# (cli/Cargo.toml, checked by scripts/feature_parity.py), so maturin reuses every
+# dependency compiled above instead of compiling them again with other features.
 rm -rf target/wheels target/wheel-check
 (cd python && PATH="$OLDPWD/$venv/bin:$PATH" maturin build --profile dev --compatibility linux \
   --locked --out "$OLDPWD/target/wheels")
@@ -133,10 +150,17 @@ target/wheel-check/bin/hadar simulate --no-bound --json >/dev/null
 target/wheel-check/bin/python -c 'import hadar_job; print("hadar_job", hadar_job.__version__)'
 
 if [ "$quick" = 0 ]; then
-  step "clippy"
-  cargo clippy --workspace --all-targets --locked -- -D warnings
+  step "clippy (its result; it ran beside the tests)"
+  if ! wait "$clippy_pid"; then
+    cat target/clippy.log
+    echo "clippy found problems (above)" >&2
+    exit 1
+  fi
+  grep -v '^ *Compiling\|^ *Checking' target/clippy.log || true
   step "rustfmt"
   cargo fmt --all -- --check
+  step "feature parity: the wheel's build reuses the test build's dependencies"
+  python3 scripts/feature_parity.py
   step "code shape: no circle among core's modules, no production function over 80 lines"
   scripts/code-shape.sh
 fi

@@ -336,24 +336,43 @@ fn types(gpus: &[GpuView]) -> Vec<TypeUse> {
     out
 }
 
-/// The latest closed spans and the open ones (ending now).
+/// The latest closed spans and the open ones: a job's open span ends now
+/// while the job runs, and where its last round's work ended otherwise (a
+/// span stays open until its GPU's next job: a finished job's last stretch
+/// was drawn to the run's end, on GPUs it had left).
 fn spans(s: &RunState, now_s: f64) -> Vec<(u32, u32, f64, f64)> {
     let Some(l) = &s.loop_state else {
         return Vec::new();
     };
-    let open = l
-        .open_spans
-        .iter()
-        .flatten()
-        .map(|g| (g.gpu, g.job, g.start_s, now_s));
+    let running: std::collections::HashSet<u32> = s.running.iter().map(|r| r.job).collect();
+    let open = l.open_spans.iter().flatten().map(|g| {
+        let end = open_span_end(running.contains(&g.job), g.end_s, now_s);
+        (g.gpu, g.job, g.start_s, end)
+    });
     let closed = l.spans.iter().map(|g| (g.gpu, g.job, g.start_s, g.end_s));
     let all: Vec<_> = closed.chain(open).collect();
     all[all.len().saturating_sub(MAX_SPANS)..].to_vec()
 }
 
+/// Where an open span ends on the page: now while its job runs (its last
+/// round's work is booked at the round's end), else where that work ended.
+fn open_span_end(job_runs: bool, end_s: f64, now_s: f64) -> f64 {
+    if job_runs {
+        now_s.max(end_s)
+    } else {
+        end_s
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::iterations_done;
+    use super::{iterations_done, open_span_end};
+
+    #[test]
+    fn a_job_s_open_span_reaches_now_only_while_it_runs() {
+        assert_eq!(open_span_end(true, 10.0, 25.0), 25.0);
+        assert_eq!(open_span_end(false, 10.0, 25.0), 10.0, "finished at 10 s");
+    }
 
     /// After a stop, the checkpoints banked may hold more than the round's
     /// count: iterations done are never shown below them.
