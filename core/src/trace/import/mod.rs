@@ -274,3 +274,6 @@ impl Speeds {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -158,8 +158,8 @@ fn read_pod(row: &Row, c: &PodColumns) -> Result<std::result::Result<TraceJob, D
 /// The GPUs a pod asks for: `num_gpu`, or with `num_gpu` 1 its
 /// `gpu_milli` share of one GPU (columns `num_gpu` and `milli`).
 fn pod_gpus(row: &Row, num_gpu: usize, milli: usize) -> Result<f64> {
-    let n = row.number(num_gpu)?.unwrap_or(0.0);
-    let m = row.number(milli)?.unwrap_or(1000.0);
+    let n = row.count(num_gpu)?.unwrap_or(0.0);
+    let m = row.count(milli)?.unwrap_or(1000.0);
     if n < 0.0 || n.fract() != 0.0 || !(0.0..=1000.0).contains(&m) {
         return Err(Error::parse(
             row.at(if n < 0.0 || n.fract() != 0.0 { num_gpu } else { milli }),

@@ -133,8 +133,8 @@ fn read_tasks(
             orphans += 1;
             continue;
         };
-        let inst = row.number(2)?.unwrap_or(1.0);
-        let plan = row.number(8)?;
+        let inst = row.count(2)?.unwrap_or(1.0);
+        let plan = row.count(8)?;
         no_plan += usize::from(plan.is_none());
         let gpus = inst * plan.unwrap_or(0.0) / 100.0;
         if gpus < 0.0 {

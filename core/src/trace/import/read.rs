@@ -170,9 +170,15 @@ impl Row {
         number(self.get(i), &self.at(i))
     }
 
+    /// Column `i` as a count of GPUs, a share of one or a count that
+    /// multiplies them ([`count`]).
+    pub(super) fn count(&self, i: usize) -> Result<Option<f64>> {
+        count(self.get(i), &self.at(i))
+    }
+
     /// Column `i` as a machine's number of GPUs (missing: 0).
     pub(super) fn gpus(&self, i: usize) -> Result<u32> {
-        let n = self.number(i)?.unwrap_or(0.0);
+        let n = self.count(i)?.unwrap_or(0.0);
         if n < 0.0 || n.fract() != 0.0 || n > MAX_GPUS_PER_NODE {
             return Err(Error::parse(
                 self.at(i),
@@ -210,6 +216,25 @@ pub(super) fn number(s: &str, at: &Location) -> Result<Option<f64>> {
             format!("`{}` is not a number", escape(s)),
         )),
     }
+}
+
+/// A count of GPUs (or a share of one, or of instances that multiply
+/// them), or `None` when empty or marked missing (`None`, `null`). NaN is
+/// refused as inf is: in a count it is a corrupt value, not a missing one
+/// (the traces leave a count they lack empty), and taken as missing it
+/// would make a GPU job a CPU job, silently left out.
+pub(super) fn count(s: &str, at: &Location) -> Result<Option<f64>> {
+    if s.trim().eq_ignore_ascii_case("nan") {
+        return Err(Error::parse(
+            at.clone(),
+            format!(
+                "`{}` is not a number of GPUs: NaN, like inf, is a corrupt value (a field \
+                 with no count is left empty)",
+                escape(s.trim())
+            ),
+        ));
+    }
+    number(s, at)
 }
 
 /// A time stamp, or `None` when missing; anything else is an error.

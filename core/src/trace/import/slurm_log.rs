@@ -29,7 +29,7 @@ pub(super) fn import(
     for row in table.rows() {
         let row = row?;
         let job = (|| -> Result<std::result::Result<TraceJob, Dropped>> {
-            let n = row.number(gpus)?.unwrap_or(0.0);
+            let n = row.count(gpus)?.unwrap_or(0.0);
             if n < 0.0 {
                 return Err(Error::parse(
                     row.at(gpus),
