@@ -11,7 +11,7 @@
 //! trace does not say which type a pod ran on: the first type of its
 //! `gpu_spec`, else the type with the most GPUs in the node list (`G2`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::read::{self, Header, Row, Table};
 use super::{Dropped, Imported, Status, TraceJob, TraceNode};
@@ -38,8 +38,15 @@ pub fn import(pods: &str, source: &str, nodes: Option<(&str, &str)>) -> Result<I
         ));
     }
     let columns = PodColumns::of(&table)?;
+    // Each pod's name and the line it was first on: a pod list names each
+    // pod once (`openb-pod-0017`), so a repeat is a corrupt file.
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for row in table.rows() {
         let row = row?;
+        let name = row.get(columns.name);
+        if let Some(first) = seen.insert(name.to_string(), row.at(columns.name).line.unwrap_or(0)) {
+            return Err(read::repeated_id(name, row.at(columns.name), first));
+        }
         let job = read_pod(&row, &columns)?;
         out.keep(job);
     }

@@ -237,6 +237,18 @@ pub(super) fn count(s: &str, at: &Location) -> Result<Option<f64>> {
     number(s, at)
 }
 
+/// The error for a job id met a second time, at `at`, first on line `first`.
+pub(super) fn repeated_id(id: &str, at: Location, first: usize) -> Error {
+    Error::parse(
+        at,
+        format!(
+            "job id `{}` appears twice (first on line {first}): the trace gives each job one \
+             row, so a repeat is a corrupt file, or two files in one (import each on its own)",
+            escape(id)
+        ),
+    )
+}
+
 /// A time stamp, or `None` when missing; anything else is an error.
 pub(super) fn time(s: &str, at: &Location) -> Result<Option<f64>> {
     if missing(s) {

@@ -96,3 +96,89 @@ fn nan_in_a_gpu_count_is_refused_like_inf_with_its_place() {
     assert_eq!(imp.dropped[&Dropped::NoGpu], 1);
     assert_eq!(pai_task("1.0", "50.0").unwrap().jobs.len(), 1);
 }
+
+/// A job id met twice became two jobs without a word. Every format whose
+/// ids are unique refuses a repeat, naming both places: Helios and Acme
+/// (Slurm's ids), openb (pod names), Philly (YARN's application ids), PAI's
+/// job table (as before) and Sia's workload. PAI's task table repeats a
+/// job's name by design: one row per task.
+#[test]
+fn a_repeated_job_id_is_refused_with_both_places() {
+    let e = helios::import(&helios_log(&["7", "8", "7"], "1"), "log.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("log.csv:4: field `job_id`")
+            && e.contains("`7` appears twice (first on line 2)"),
+        "{e}"
+    );
+    let e = acme::import(&acme_log(&["a", "a"], "8"), "seren.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("seren.csv:3: field `job_id`") && e.contains("first on line 2"),
+        "{e}"
+    );
+    // A CPU job's id counts too: a repeat is a corrupt file whatever the row.
+    let e = helios::import(&helios_log(&["1", "1"], "0"), "log.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("appears twice"), "{e}");
+    let pods = format!(
+        "{OPENB_HEADER}\np0,1,1,1,1000,,LS,Succeeded,0,100,10\np0,1,1,2,1000,,LS,Succeeded,0,100,10\n"
+    );
+    let e = openb::import(&pods, "pods.csv", None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("pods.csv:3: field `name`")
+            && e.contains("`p0` appears twice (first on line 2)"),
+        "{e}"
+    );
+    let job = |id: &str| {
+        format!(
+            r#"{{"status": "Pass", "jobid": "{id}", "submitted_time": "2017-10-07 00:00:00",
+ "attempts": [{{"start_time": "2017-10-07 00:00:10", "end_time": "2017-10-07 00:10:10",
+   "detail": [{{"ip": "m1", "gpus": ["gpu0"]}}]}}]}}"#
+        )
+    };
+    let log = format!("[{}, {}, {}]", job("a1"), job("a2"), job("a1"));
+    let e = philly::import(&log, "log.json", None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("log.json: field `[2].jobid`")
+            && e.contains("`a1` appears twice (first at [0])"),
+        "{e}"
+    );
+    let e = pai::import(PaiFiles {
+        jobs: (
+            "j1,i1,u,Terminated,100.0,900.0\nj1,i2,u,Terminated,100.0,900.0\n",
+            "jobs.csv",
+        ),
+        tasks: ("", "tasks.csv"),
+        machines: None,
+        group_tags: None,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("jobs.csv:2") && e.contains("twice"), "{e}");
+    // Distinct ids, and PAI's tasks of one job, are fine.
+    assert_eq!(
+        helios::import(&helios_log(&["1", "2"], "1"), "l")
+            .unwrap()
+            .jobs
+            .len(),
+        2
+    );
+    let tasks = "j1,ps,1.0,Terminated,110.0,800.0,600.0,29.0,50.0,V100\n\
+                 j1,worker,1.0,Terminated,110.0,800.0,600.0,29.0,50.0,V100\n";
+    let imp = pai::import(PaiFiles {
+        jobs: ("j1,i1,u,Terminated,100.0,900.0\n", "jobs.csv"),
+        tasks: (tasks, "tasks.csv"),
+        machines: None,
+        group_tags: None,
+    })
+    .unwrap();
+    assert_eq!((imp.jobs.len(), imp.jobs[0].gpus), (1, 1.0));
+}
