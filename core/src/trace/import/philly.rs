@@ -62,7 +62,8 @@ pub fn import(log: &str, log_source: &str, machines: Option<(&str, &str)>) -> Re
         .iter()
         .map(|n| (n.name.as_str(), n.gpu_type.as_str()))
         .collect();
-    let jobs: Vec<LogJob> = serde_json::from_str(log).map_err(|e| {
+    // A byte order mark is not JSON: serde_json refused it as "expected value".
+    let jobs: Vec<LogJob> = serde_json::from_str(read::without_bom(log)).map_err(|e| {
         Error::parse(
             Location::new(log_source).line(e.line()),
             format!("not Philly's cluster_job_log (a JSON array of jobs with `jobid`, `submitted_time`, `attempts`): {e}"),

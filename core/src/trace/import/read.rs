@@ -45,8 +45,7 @@ pub(super) struct Row {
 
 impl<'a> Table<'a> {
     pub(super) fn parse(text: &'a str, source: &str, header: Header) -> Result<Self> {
-        // A file saved by a spreadsheet may start with a byte order mark.
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let text = without_bom(text);
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(matches!(header, Header::Required))
             .trim(csv::Trim::All)
@@ -194,6 +193,13 @@ impl Row {
     pub(super) fn time(&self, i: usize) -> Result<Option<f64>> {
         time(self.get(i), &self.at(i))
     }
+}
+
+/// `text` without a leading UTF-8 byte order mark: a file saved by a
+/// spreadsheet or a Windows editor may start with one, and every importer
+/// that reads text (CSV and JSON) takes such a file as it takes any other.
+pub(super) fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
 }
 
 /// Whether a field is one of the traces' marks of a missing value.

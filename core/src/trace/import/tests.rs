@@ -182,3 +182,60 @@ fn a_repeated_job_id_is_refused_with_both_places() {
     .unwrap();
     assert_eq!((imp.jobs.len(), imp.jobs[0].gpus), (1, 1.0));
 }
+
+/// A Philly log that starts with a UTF-8 byte order mark (as a Windows
+/// editor saves it) was refused with serde's "expected value at line 1
+/// column 1", which does not say why. Every importer that reads text takes
+/// a leading mark as it takes a file without one, each of its files.
+#[test]
+fn a_leading_byte_order_mark_is_accepted_by_every_importer() {
+    let bom = |s: &str| format!("\u{feff}{s}");
+    let log = r#"[{"status": "Pass", "jobid": "a1", "submitted_time": "2017-10-07 00:00:00",
+ "attempts": [{"start_time": "2017-10-07 00:00:10", "end_time": "2017-10-07 00:10:10",
+   "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]}]"#;
+    let machines = "machineId, number of GPUs, single GPU mem\nm1,2, 12GB\n";
+    let imp = philly::import(&bom(log), "log.json", Some((&bom(machines), "ml"))).unwrap();
+    assert_eq!((imp.jobs.len(), imp.nodes.len()), (1, 1));
+    assert_eq!(imp.jobs[0].ran_on.as_deref(), Some("gpu-12gb"));
+
+    let imp = helios::import(&bom(&helios_log(&["1"], "1")), "log.csv").unwrap();
+    assert_eq!(imp.jobs.len(), 1);
+    let imp = acme::import(&bom(&acme_log(&["1"], "8")), "seren.csv").unwrap();
+    assert_eq!(imp.jobs[0].family, "Pretrain");
+
+    let pods = format!("{OPENB_HEADER}\np0,1,1,2,1000,,LS,Succeeded,0,100,10\n");
+    let nodes = "sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,8,G3\n";
+    let imp = openb::import(&bom(&pods), "pods.csv", Some((&bom(nodes), "nodes.csv"))).unwrap();
+    assert_eq!((imp.jobs.len(), imp.nodes.len()), (1, 1));
+
+    // PAI's headerless tables: the mark is not taken into the first field
+    // (a job `\u{feff}j1` would have no tasks), with or without a header.
+    let tasks = "j1,worker,1.0,Terminated,110.0,800.0,600.0,29.0,50.0,V100\n";
+    for jobs in [
+        "j1,i1,u,Terminated,100.0,900.0\n".to_string(),
+        "job_name,inst_id,user,status,start_time,end_time\nj1,i1,u,Terminated,100.0,900.0\n"
+            .to_string(),
+    ] {
+        let imp = pai::import(PaiFiles {
+            jobs: (&bom(&jobs), "jobs.csv"),
+            tasks: (&bom(tasks), "tasks.csv"),
+            machines: Some((&bom("m1,V100,96,512,8\n"), "spec.csv")),
+            group_tags: Some((&bom("i1,u,V100,g,bert\n"), "tags.csv")),
+        })
+        .unwrap();
+        assert_eq!((imp.jobs.len(), imp.nodes.len()), (1, 1), "{jobs}");
+        assert_eq!(imp.jobs[0].family, "bert");
+    }
+
+    let mut speeds = Speeds::default();
+    speeds
+        .parse_csv(&bom("family,gpu_type,speed\n*,v100,0.5\n"), "speeds.csv")
+        .unwrap();
+    assert_eq!(speeds.get("x", "v100"), Some(0.5));
+    let jobs = sia::read_workload(
+        &bom("name,time,application,num_replicas,batch_size\nb-0,0,bert,1,4\n"),
+        "w.csv",
+    )
+    .unwrap();
+    assert_eq!(jobs[0].name, "b-0");
+}
