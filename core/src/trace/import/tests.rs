@@ -239,3 +239,53 @@ fn a_leading_byte_order_mark_is_accepted_by_every_importer() {
     .unwrap();
     assert_eq!(jobs[0].name, "b-0");
 }
+
+/// A PAI job with no task row was counted as a CPU job ("asked for no
+/// GPU"): its request is not known, and a task table cut short (or of
+/// another slice) made GPU jobs look like CPU jobs. Such jobs have a
+/// reason of their own in the summary.
+#[test]
+fn pai_jobs_without_task_rows_are_counted_apart_from_cpu_jobs() {
+    let jobs = "j1,i1,u,Terminated,100.0,900.0\nj2,i2,u,Terminated,100.0,900.0\n\
+                j3,i3,u,Terminated,100.0,900.0\nj4,i4,u,Waiting,100.0,0.0\n";
+    // j1 a GPU job, j2 a CPU job (plan_gpu 0), j3 no task row, j4 waiting.
+    let tasks = "j1,worker,1.0,Terminated,110.0,800.0,600.0,29.0,50.0,V100\n\
+                 j2,worker,1.0,Terminated,110.0,800.0,600.0,29.0,0.0,\n";
+    let imp = pai::import(PaiFiles {
+        jobs: (jobs, "jobs.csv"),
+        tasks: (tasks, "tasks.csv"),
+        machines: None,
+        group_tags: None,
+    })
+    .unwrap();
+    assert_eq!(imp.jobs.len(), 1);
+    let counts: Vec<(Dropped, usize)> = imp.dropped.iter().map(|(d, n)| (*d, *n)).collect();
+    assert_eq!(
+        counts,
+        [
+            (Dropped::NoGpu, 1),
+            (Dropped::NoTasks, 1),
+            (Dropped::NeverRan, 1)
+        ]
+    );
+    let summary = imp.convert(&ImportOptions::default()).unwrap().summary;
+    let json = serde_json::to_value(&summary).unwrap();
+    assert_eq!(json["dropped"]["no_tasks"], 1);
+    assert_eq!(json["dropped"]["no_gpu"], 1);
+    assert!(Dropped::NoTasks.reason().contains("no task rows"));
+    // Every job without tasks: the error says so, not "no GPU".
+    let e = pai::import(PaiFiles {
+        jobs: (jobs, "jobs.csv"),
+        tasks: ("", "tasks.csv"),
+        machines: None,
+        group_tags: None,
+    })
+    .unwrap()
+    .convert(&ImportOptions::default())
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("3 have no task rows") && !e.contains("no GPU"),
+        "{e}"
+    );
+}
