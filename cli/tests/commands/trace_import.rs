@@ -437,3 +437,67 @@ fn sia_workload_alone_trains_as_long_as_in_sia() {
         );
     }
 }
+
+/// The bad inputs of the 2026-12 probe as a user meets them: a Philly log
+/// with a byte order mark imports; NaN GPUs and a repeated job id exit 3
+/// naming the place; PAI jobs without task rows are said apart from CPU
+/// jobs in the summary.
+#[test]
+fn bad_inputs_of_the_probe_are_refused_or_read_as_they_are() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out").display().to_string();
+    let log = write(
+        dir.path(),
+        "cluster_job_log",
+        "\u{feff}[{\"status\": \"Pass\", \"jobid\": \"a1\", \"submitted_time\": \"2017-10-07 00:00:00\",
+ \"attempts\": [{\"start_time\": \"2017-10-07 00:00:10\", \"end_time\": \"2017-10-07 00:10:10\",
+   \"detail\": [{\"ip\": \"m1\", \"gpus\": [\"gpu0\"]}]}]}]",
+    );
+    let o = hadar(&["trace", "import", "philly", "--log", &log, "--out", &out]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("imported 1 of the 1 jobs"),
+        "{}",
+        text(&o.stdout)
+    );
+
+    let header = "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue";
+    let row = |id: &str, gpus: &str| {
+        format!("{id},u,v,{gpus},1,1,COMPLETED,2020-06-09 18:41:01,2020-06-09 18:41:01,2020-06-09 18:42:01,60,0\n")
+    };
+    for (body, want) in [
+        (
+            format!("{header}\n{}", row("1", "NaN")),
+            "cluster_log.csv:2: field `gpu_num`: `NaN` is not a number of GPUs",
+        ),
+        (
+            format!("{header}\n{}{}", row("1", "1"), row("1", "2")),
+            "cluster_log.csv:3: field `job_id`: job id `1` appears twice (first on line 2)",
+        ),
+    ] {
+        let log = write(dir.path(), "cluster_log.csv", &body);
+        let o = hadar(&["trace", "import", "helios", "--log", &log, "--out", &out]);
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(want), "{}", text(&o.stderr));
+    }
+
+    let jobs = write(
+        dir.path(),
+        "pai_job_table.csv",
+        "j1,i1,u,Terminated,100.0,900.0\nj2,i2,u,Terminated,200.0,300.0\nj3,i3,u,Terminated,200.0,300.0\n",
+    );
+    let tasks = write(
+        dir.path(),
+        "pai_task_table.csv",
+        "j1,worker,2.0,Terminated,110.0,800.0,600.0,29.0,50.0,V100\nj2,worker,1.0,Terminated,210.0,290.0,600.0,29.0,0.0,\n",
+    );
+    let o = hadar(&[
+        "trace", "import", "pai", "--jobs", &jobs, "--tasks", &tasks, "--out", &out,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let human = text(&o.stdout);
+    assert!(
+        human.contains("left out   2: 1 asked for no GPU (CPU jobs); 1 have no task rows"),
+        "{human}"
+    );
+}

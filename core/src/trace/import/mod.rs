@@ -110,6 +110,10 @@ pub struct TraceNode {
 pub enum Dropped {
     /// It asked for no GPU (a CPU job).
     NoGpu,
+    /// The trace has none of its task rows (PAI: a job of the job table
+    /// that the task table lacks): what it asked for is not known, so it
+    /// is not called a CPU job.
+    NoTasks,
     /// It never started (pending, waiting, no attempt, no start time).
     NeverRan,
     /// It has a start but no end (and the trace gives no end of its own).
@@ -127,6 +131,7 @@ impl Dropped {
     pub fn reason(self) -> &'static str {
         match self {
             Dropped::NoGpu => "asked for no GPU (CPU jobs)",
+            Dropped::NoTasks => "have no task rows (what they asked for is not known)",
             Dropped::NeverRan => "never started",
             Dropped::NoEnd => "started but have no end time",
             Dropped::NoRunTime => "ended no later than they started",
@@ -274,3 +279,6 @@ impl Speeds {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,7 +11,7 @@
 //! trace does not say which type a pod ran on: the first type of its
 //! `gpu_spec`, else the type with the most GPUs in the node list (`G2`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::read::{self, Header, Row, Table};
 use super::{Dropped, Imported, Status, TraceJob, TraceNode};
@@ -38,8 +38,15 @@ pub fn import(pods: &str, source: &str, nodes: Option<(&str, &str)>) -> Result<I
         ));
     }
     let columns = PodColumns::of(&table)?;
+    // Each pod's name and the line it was first on: a pod list names each
+    // pod once (`openb-pod-0017`), so a repeat is a corrupt file.
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for row in table.rows() {
         let row = row?;
+        let name = row.get(columns.name);
+        if let Some(first) = seen.insert(name.to_string(), row.at(columns.name).line.unwrap_or(0)) {
+            return Err(read::repeated_id(name, row.at(columns.name), first));
+        }
         let job = read_pod(&row, &columns)?;
         out.keep(job);
     }
@@ -158,8 +165,8 @@ fn read_pod(row: &Row, c: &PodColumns) -> Result<std::result::Result<TraceJob, D
 /// The GPUs a pod asks for: `num_gpu`, or with `num_gpu` 1 its
 /// `gpu_milli` share of one GPU (columns `num_gpu` and `milli`).
 fn pod_gpus(row: &Row, num_gpu: usize, milli: usize) -> Result<f64> {
-    let n = row.number(num_gpu)?.unwrap_or(0.0);
-    let m = row.number(milli)?.unwrap_or(1000.0);
+    let n = row.count(num_gpu)?.unwrap_or(0.0);
+    let m = row.count(milli)?.unwrap_or(1000.0);
     if n < 0.0 || n.fract() != 0.0 || !(0.0..=1000.0).contains(&m) {
         return Err(Error::parse(
             row.at(if n < 0.0 || n.fract() != 0.0 { num_gpu } else { milli }),

@@ -9,7 +9,8 @@
 //! `gpu_type` of its task with the most GPUs (`MISC` is older cards: K40m,
 //! K80, M60). The group tag table adds a job's type constraint
 //! (`gpu_type_spec`) and model family (`workload`). Times are seconds; 0
-//! means missing, as upstream's own analysis reads it.
+//! means missing, as upstream's own analysis reads it. A job with no task
+//! row is left out as such ([`Dropped::NoTasks`]), not as a CPU job.
 
 use std::collections::HashMap;
 
@@ -133,8 +134,8 @@ fn read_tasks(
             orphans += 1;
             continue;
         };
-        let inst = row.number(2)?.unwrap_or(1.0);
-        let plan = row.number(8)?;
+        let inst = row.count(2)?.unwrap_or(1.0);
+        let plan = row.count(8)?;
         no_plan += usize::from(plan.is_none());
         let gpus = inst * plan.unwrap_or(0.0) / 100.0;
         if gpus < 0.0 {
@@ -185,6 +186,11 @@ fn one_job(
             ))
         }
     };
+    // No task row: no request is known, which is not a request of no GPU
+    // (a task table cut short, or one of another slice of the trace).
+    if acc.tasks == 0 {
+        return Ok(Err(Dropped::NoTasks));
+    }
     if acc.gpus <= 0.0 {
         return Ok(Err(Dropped::NoGpu));
     }
@@ -301,8 +307,10 @@ j9,worker,1.0,Terminated,310.0,390.0,600.0,29.0,100.0,T4
             (j.family.as_str(), j.accepts.as_deref()),
             ("bert", Some(&["V100".to_string()][..]))
         );
-        // The first job has no task; j5's task has no plan_gpu.
-        assert_eq!(imp.dropped[&Dropped::NoGpu], 2);
+        // The first job has no task row: counted apart from j5, whose
+        // task has no plan_gpu (a CPU job).
+        assert_eq!(imp.dropped[&Dropped::NoTasks], 1);
+        assert_eq!(imp.dropped[&Dropped::NoGpu], 1);
         assert_eq!(imp.dropped[&Dropped::NeverRan], 1);
         assert_eq!(imp.nodes.len(), 1);
         assert!(

@@ -11,6 +11,8 @@
 //! Times have no zone (probably US Pacific, across a change of daylight
 //! saving time: a difference across it is an hour off).
 
+use std::collections::HashMap;
+
 use serde::Deserialize;
 
 use super::read::{self, Header, Table};
@@ -55,12 +57,13 @@ pub fn import(log: &str, log_source: &str, machines: Option<(&str, &str)>) -> Re
     if let Some((text, source)) = machines {
         out.nodes = read_machines(text, source)?;
     }
-    let types: std::collections::HashMap<&str, &str> = out
+    let types: HashMap<&str, &str> = out
         .nodes
         .iter()
         .map(|n| (n.name.as_str(), n.gpu_type.as_str()))
         .collect();
-    let jobs: Vec<LogJob> = serde_json::from_str(log).map_err(|e| {
+    // A byte order mark is not JSON: serde_json refused it as "expected value".
+    let jobs: Vec<LogJob> = serde_json::from_str(read::without_bom(log)).map_err(|e| {
         Error::parse(
             Location::new(log_source).line(e.line()),
             format!("not Philly's cluster_job_log (a JSON array of jobs with `jobid`, `submitted_time`, `attempts`): {e}"),
@@ -68,8 +71,22 @@ pub fn import(log: &str, log_source: &str, machines: Option<(&str, &str)>) -> Re
     })?;
     let mut unknown_machines = 0usize;
     let mut kept = Vec::new();
+    // Each job id and the index it was first at: YARN's application ids
+    // are unique, so a repeat is a corrupt log or two logs in one.
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, job) in jobs.iter().enumerate() {
         let at = Location::new(log_source);
+        if let Some(first) = seen.insert(job_id(job), i) {
+            return Err(Error::parse(
+                at.field(format!("[{i}].jobid")),
+                format!(
+                    "job id `{}` appears twice (first at [{first}]): the log gives each job \
+                     once, so a repeat is a corrupt file, or two logs in one (import each on \
+                     its own)",
+                    read::escape(&job_id(job))
+                ),
+            ));
+        }
         let j = one_job(job, &at, &format!("[{i}]"), |ip| {
             let t = types.get(ip).map(|t| t.to_string());
             if t.is_none() && !types.is_empty() {
@@ -101,10 +118,7 @@ fn one_job(
     prefix: &str,
     mut type_of: impl FnMut(&str) -> Option<String>,
 ) -> Result<std::result::Result<TraceJob, Dropped>> {
-    let id = match &job.jobid {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
+    let id = job_id(job);
     let time = |s: &Option<String>, field: &str| -> Result<Option<f64>> {
         read::time(
             s.as_deref().unwrap_or(""),
@@ -171,6 +185,14 @@ fn one_job(
         accepts: None,
         status,
     }))
+}
+
+/// A job's id as text (the log's are strings; another value as JSON).
+fn job_id(job: &LogJob) -> String {
+    match &job.jobid {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// `cluster_machine_list`: `machineId, number of GPUs, single GPU mem` (`m0,2, 12GB`).

@@ -45,8 +45,7 @@ pub(super) struct Row {
 
 impl<'a> Table<'a> {
     pub(super) fn parse(text: &'a str, source: &str, header: Header) -> Result<Self> {
-        // A file saved by a spreadsheet may start with a byte order mark.
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let text = without_bom(text);
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(matches!(header, Header::Required))
             .trim(csv::Trim::All)
@@ -170,9 +169,15 @@ impl Row {
         number(self.get(i), &self.at(i))
     }
 
+    /// Column `i` as a count of GPUs, a share of one or a count that
+    /// multiplies them ([`count`]).
+    pub(super) fn count(&self, i: usize) -> Result<Option<f64>> {
+        count(self.get(i), &self.at(i))
+    }
+
     /// Column `i` as a machine's number of GPUs (missing: 0).
     pub(super) fn gpus(&self, i: usize) -> Result<u32> {
-        let n = self.number(i)?.unwrap_or(0.0);
+        let n = self.count(i)?.unwrap_or(0.0);
         if n < 0.0 || n.fract() != 0.0 || n > MAX_GPUS_PER_NODE {
             return Err(Error::parse(
                 self.at(i),
@@ -188,6 +193,13 @@ impl Row {
     pub(super) fn time(&self, i: usize) -> Result<Option<f64>> {
         time(self.get(i), &self.at(i))
     }
+}
+
+/// `text` without a leading UTF-8 byte order mark: a file saved by a
+/// spreadsheet or a Windows editor may start with one, and every importer
+/// that reads text (CSV and JSON) takes such a file as it takes any other.
+pub(super) fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
 }
 
 /// Whether a field is one of the traces' marks of a missing value.
@@ -210,6 +222,37 @@ pub(super) fn number(s: &str, at: &Location) -> Result<Option<f64>> {
             format!("`{}` is not a number", escape(s)),
         )),
     }
+}
+
+/// A count of GPUs (or a share of one, or of instances that multiply
+/// them), or `None` when empty or marked missing (`None`, `null`). NaN is
+/// refused as inf is: in a count it is a corrupt value, not a missing one
+/// (the traces leave a count they lack empty), and taken as missing it
+/// would make a GPU job a CPU job, silently left out.
+pub(super) fn count(s: &str, at: &Location) -> Result<Option<f64>> {
+    if s.trim().eq_ignore_ascii_case("nan") {
+        return Err(Error::parse(
+            at.clone(),
+            format!(
+                "`{}` is not a number of GPUs: NaN, like inf, is a corrupt value (a field \
+                 with no count is left empty)",
+                escape(s.trim())
+            ),
+        ));
+    }
+    number(s, at)
+}
+
+/// The error for a job id met a second time, at `at`, first on line `first`.
+pub(super) fn repeated_id(id: &str, at: Location, first: usize) -> Error {
+    Error::parse(
+        at,
+        format!(
+            "job id `{}` appears twice (first on line {first}): the trace gives each job one \
+             row, so a repeat is a corrupt file, or two files in one (import each on its own)",
+            escape(id)
+        ),
+    )
 }
 
 /// A time stamp, or `None` when missing; anything else is an error.

@@ -2,6 +2,8 @@
 //! CSV row per job with `job_id`, `gpu_num`, `state`, `submit_time`,
 //! `start_time`, `end_time` (and more, ignored).
 
+use std::collections::HashMap;
+
 use super::read::{self, Header, Table};
 use super::{Dropped, Imported, Status, TraceJob};
 use crate::error::{Error, Result};
@@ -26,10 +28,18 @@ pub(super) fn import(
         Some(f) => Some(table.columns([f])?[0]),
         None => None,
     };
+    // Each job id and the line it was first on: Slurm's ids are unique in
+    // a cluster (its README: "unique id of the job"), so a repeat is a
+    // corrupt file or two clusters' logs in one, not a job to import twice.
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for row in table.rows() {
         let row = row?;
+        let line = row.at(id).line.unwrap_or(0);
+        if let Some(first) = seen.insert(row.get(id).to_string(), line) {
+            return Err(read::repeated_id(row.get(id), row.at(id), first));
+        }
         let job = (|| -> Result<std::result::Result<TraceJob, Dropped>> {
-            let n = row.number(gpus)?.unwrap_or(0.0);
+            let n = row.count(gpus)?.unwrap_or(0.0);
             if n < 0.0 {
                 return Err(Error::parse(
                     row.at(gpus),

@@ -10,7 +10,7 @@
 
 pub mod profile;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use serde::Serialize;
@@ -130,6 +130,8 @@ pub fn read_workload(text: &str, source: &str) -> Result<Vec<SiaJob>> {
         table.columns(["name", "time", "application", "num_replicas", "batch_size"])?;
     let category = table.optional("category");
     let mut out = Vec::new();
+    // Each name and the line it was first read on.
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for row in table.rows() {
         let row = row?;
         let whole = |i: usize, what: &str| -> Result<u64> {
@@ -186,10 +188,13 @@ pub fn read_workload(text: &str, source: &str) -> Result<Vec<SiaJob>> {
                 ),
             ));
         }
-        if out.iter().any(|o: &SiaJob| o.name == job.name) {
+        // A set of the names seen, not a scan of the jobs read: a scan made
+        // the import quadratic (100,000 rows took 31 s).
+        let here = row.at(name).line.unwrap_or(0);
+        if let Some(first) = seen.insert(job.name.clone(), here) {
             return Err(Error::parse(
                 row.at(name),
-                format!("`{}` appears twice", job.name),
+                format!("`{}` appears twice (first on line {first})", job.name),
             ));
         }
         out.push(job);
@@ -561,45 +566,6 @@ fn jobs_file(
     types: &[SiaType],
     source: &str,
 ) -> String {
-    let mut entries = Vec::new();
-    for j in jobs {
-        let kind = &kinds[&kind_key(j, shapes)];
-        // Only the types it can run on: a type left out is one the planner
-        // never gives it (and that placement checks do not count).
-        let throughput: BTreeMap<&str, f64> = types
-            .iter()
-            .filter_map(|t| {
-                let s = kind.seconds.get(&t.name)?;
-                Some((t.name.as_str(), kind.iterations as f64 / s.max(1.0)))
-            })
-            .collect();
-        // Fastest first: the planner's preference between equal choices.
-        let mut fastest: Vec<&str> = throughput.keys().copied().collect();
-        fastest.sort_by(|a, b| kind.seconds[*a].total_cmp(&kind.seconds[*b]));
-        // One gang on every type: `gang` and `gpu_types`; otherwise the
-        // gang changes with the type (`alternatives`).
-        let gangs: BTreeSet<u32> = kind.gpus_on.values().copied().collect();
-        let elastic = kind.more_on.values().any(|m| !m.is_empty());
-        let one_gang = (gangs.len() == 1 && !elastic)
-            .then(|| gangs.first().copied())
-            .flatten();
-        entries.push(JobEntry {
-            name: &j.name,
-            command: ["sia-job", &j.app],
-            gpu_types: one_gang.map(|_| throughput.keys().copied().collect()),
-            iterations: kind.iterations,
-            gang: one_gang,
-            alternatives: one_gang.is_none().then(|| alternatives(kind, &fastest)),
-            // Data-parallel ranks, free to span nodes as in Sia.
-            ranks: "gpu",
-            arrival: j.time_s,
-            restart_cost: kind.restart_s,
-            batch_size: fastest.first().map_or(j.batch, |t| kind.batch_on[*t]),
-            throughput,
-        });
-    }
-    // Strings, numbers and maps of them: serializing cannot fail.
-    let body = toml::to_string(&JobsFile { job: entries }).expect("a jobs file serializes");
     let how = match shapes {
         Shapes::Submitted => "rigid, its GPUs and batch as submitted, fixed".to_string(),
         Shapes::Tuned {
@@ -619,16 +585,136 @@ fn jobs_file(
              # each round)"
         ),
     };
-    format!(
+    let mut out = format!(
         "# Sia's workload {}, written by `hadar trace import sia`.\n\
          # Every job {how};\n\
          # its rate on each type set so that alone it trains as long as in Sia's simulator,\n\
          # the types where it can run listed (import.json's `cannot_run` says why not\n\
          # elsewhere), its restart cost Sia's.\n\
          # For `hadar simulate --jobs`; `command` names Sia's application, not a program:\n\
-         # put the job's own command there to run it.\n\n{body}",
+         # put the job's own command there to run it.\n\n",
         super::read::clean(source)
-    )
+    );
+    // Each job's table on its own, joined by a blank line as the serializer
+    // joins them: the bytes of one document of every job, without the
+    // document (about 10 kB a job: 10 GB for a million). Jobs of a kind
+    // differ only in their name and arrival: each kind's table is
+    // serialized once and each job's two lines put in it (serializing
+    // every job whole was most of an import's time).
+    let mut templates: HashMap<(KindKey, u64), Option<Template>> = HashMap::new();
+    for (i, j) in jobs.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let key = kind_key(j, shapes);
+        let kind = &kinds[&key];
+        let own = own_lines(j);
+        let template = templates
+            .entry((key, j.batch))
+            .or_insert_with(|| Template::of(&job_table(j, kind, types), own.as_ref()?));
+        match (template, own) {
+            (Some(t), Some(own)) => t.fill(&own, &mut out),
+            _ => out.push_str(&job_table(j, kind, types)),
+        }
+    }
+    out
+}
+
+/// One job's table of the jobs file, serialized whole.
+fn job_table(j: &SiaJob, kind: &Kind, types: &[SiaType]) -> String {
+    let entry = job_entry(j, kind, types);
+    // Strings, numbers and maps of them: serializing cannot fail.
+    toml::to_string(&JobsFile { job: vec![entry] }).expect("a job serializes")
+}
+
+/// The lines of a job's table that are its own, not its kind's.
+#[derive(Serialize)]
+struct Own<'a> {
+    name: &'a str,
+    arrival: f64,
+}
+
+/// A job's `name` line and `arrival` line, as the serializer writes them in
+/// its table; `None` if they are not one line each.
+fn own_lines(j: &SiaJob) -> Option<[String; 2]> {
+    let text = toml::to_string(&Own {
+        name: &j.name,
+        arrival: j.time_s,
+    })
+    .expect("a name and a number serialize");
+    let mut lines = text.split_inclusive('\n');
+    let (name, arrival) = (lines.next()?, lines.next()?);
+    lines
+        .next()
+        .is_none()
+        .then(|| [name.to_string(), arrival.to_string()])
+}
+
+/// A kind's table without its job's own lines: what comes between its
+/// name and its arrival, and after its arrival.
+struct Template {
+    middle: String,
+    end: String,
+}
+
+impl Template {
+    /// A job's `table` split around its `own` lines; `None` if they are not
+    /// where the serializer writes them (its jobs are then serialized whole).
+    fn of(table: &str, own: &[String; 2]) -> Option<Self> {
+        let [name, arrival] = own;
+        let rest = table
+            .strip_prefix("[[job]]\n")?
+            .strip_prefix(name.as_str())?;
+        let at = rest.find(&format!("\n{arrival}"))? + 1;
+        Some(Self {
+            middle: rest[..at].to_string(),
+            end: rest[at + arrival.len()..].to_string(),
+        })
+    }
+
+    /// The table of the job whose own lines are `own`.
+    fn fill(&self, own: &[String; 2], out: &mut String) {
+        for part in ["[[job]]\n", &own[0], &self.middle, &own[1], &self.end] {
+            out.push_str(part);
+        }
+    }
+}
+
+/// One job's entry of the jobs file.
+fn job_entry<'a>(j: &'a SiaJob, kind: &'a Kind, types: &'a [SiaType]) -> JobEntry<'a> {
+    // Only the types it can run on: a type left out is one the planner
+    // never gives it (and that placement checks do not count).
+    let throughput: BTreeMap<&str, f64> = types
+        .iter()
+        .filter_map(|t| {
+            let s = kind.seconds.get(&t.name)?;
+            Some((t.name.as_str(), kind.iterations as f64 / s.max(1.0)))
+        })
+        .collect();
+    // Fastest first: the planner's preference between equal choices.
+    let mut fastest: Vec<&str> = throughput.keys().copied().collect();
+    fastest.sort_by(|a, b| kind.seconds[*a].total_cmp(&kind.seconds[*b]));
+    // One gang on every type: `gang` and `gpu_types`; otherwise the
+    // gang changes with the type (`alternatives`).
+    let gangs: BTreeSet<u32> = kind.gpus_on.values().copied().collect();
+    let elastic = kind.more_on.values().any(|m| !m.is_empty());
+    let one_gang = (gangs.len() == 1 && !elastic)
+        .then(|| gangs.first().copied())
+        .flatten();
+    JobEntry {
+        name: &j.name,
+        command: ["sia-job", &j.app],
+        gpu_types: one_gang.map(|_| throughput.keys().copied().collect()),
+        iterations: kind.iterations,
+        gang: one_gang,
+        alternatives: one_gang.is_none().then(|| alternatives(kind, &fastest)),
+        // Data-parallel ranks, free to span nodes as in Sia.
+        ranks: "gpu",
+        arrival: j.time_s,
+        restart_cost: kind.restart_s,
+        batch_size: fastest.first().map_or(j.batch, |t| kind.batch_on[*t]),
+        throughput,
+    }
 }
 
 /// A job's `alternatives`: each type's first gang, fastest type first

@@ -341,3 +341,81 @@ fn elastic_shapes_offer_each_type_s_other_gangs_with_their_rates() {
     }
     assert!(imp.jobs.contains("(--shapes elastic"), "{}", imp.jobs);
 }
+
+/// A workload of 200,000 jobs: the duplicate check once scanned every job
+/// read for each row (2 x 10^10 comparisons here: minutes even in a release
+/// build); with a set of names it takes well under a second. The time is
+/// not asserted (it depends on the machine): a quadratic step makes this
+/// test hang, which is what it guards against.
+#[test]
+fn a_large_workload_is_imported_in_linear_time() {
+    const JOBS: usize = 200_000;
+    let dir = sia_dir();
+    let types = parse_cluster("aws=1").unwrap();
+    let mut csv = String::from("name,time,application,num_replicas,batch_size\n");
+    for i in 0..JOBS {
+        // Names with a long common prefix: each comparison of the old scan
+        // was as slow as it gets.
+        csv.push_str(&format!("bert-of-a-large-workload-{i},{i},bert,2,8\n"));
+    }
+    let imp = import(&csv, "w.csv", dir.path(), &types, Shapes::Submitted).unwrap();
+    assert_eq!(imp.summary.jobs, JOBS);
+    assert_eq!(imp.summary.kinds.len(), 1);
+    assert_eq!(imp.summary.kinds[0].jobs, JOBS);
+    assert_eq!(imp.jobs.matches("[[job]]").count(), JOBS);
+    // A duplicate at the very end is still found, with both lines.
+    csv.push_str("bert-of-a-large-workload-0,0,bert,2,8\n");
+    let e = read_workload(&csv, "w.csv").unwrap_err().to_string();
+    let last = JOBS + 2;
+    assert!(
+        e.contains(&format!("w.csv:{last}")) && e.contains("first on line 2"),
+        "{e}"
+    );
+}
+
+/// The jobs file is written a job at a time, each kind's table serialized
+/// once and each job's name and arrival put in it: its bytes are those of
+/// the whole document, for every shape, whatever the names (quotes,
+/// backslashes, a name that looks like a line of the table) and arrivals.
+#[test]
+fn a_jobs_file_written_a_job_at_a_time_is_the_whole_document() {
+    let dir = scaling_sia_dir();
+    let types = parse_cluster("aws=1").unwrap();
+    let csv = "name,time,application,num_replicas,batch_size\n\
+               b-0,0,bert,1,4\nb-1,5,bert,2,8\nb-2,7.5,bert,4,4\n\
+               \"q\"\"uote\",1e8,bert,1,4\nback\\slash,123456789.125,bert,2,8\n\
+               it's,0.1,bert,1,4\n\u{fc}n\u{ef} c\u{f6}de,3,bert,4,4\n\
+               arrival = 5,5,bert,1,4\n\"a,b\",0.30000000000000004,bert,1,4\n";
+    let jobs = read_workload(csv, "w.csv").unwrap();
+    for shapes in [
+        Shapes::Submitted,
+        Shapes::Tuned {
+            min_efficiency: 0.1,
+            elastic: false,
+        },
+        Shapes::Tuned {
+            min_efficiency: 0.75,
+            elastic: true,
+        },
+    ] {
+        let kinds = kinds_of(&jobs, dir.path(), &types, shapes).unwrap();
+        let whole = toml::to_string(&JobsFile {
+            job: jobs
+                .iter()
+                .map(|j| job_entry(j, &kinds[&kind_key(j, shapes)], &types))
+                .collect(),
+        })
+        .unwrap();
+        // Every job's table is a template's (none serialized whole).
+        for j in &jobs {
+            let table = job_table(j, &kinds[&kind_key(j, shapes)], &types);
+            let own = own_lines(j).unwrap();
+            let mut filled = String::new();
+            Template::of(&table, &own).unwrap().fill(&own, &mut filled);
+            assert_eq!(filled, table);
+        }
+        let file = jobs_file(&jobs, &kinds, shapes, &types, "w.csv");
+        let body = &file[file.find("[[job]]").unwrap()..];
+        assert_eq!(body, whole, "{shapes:?}");
+    }
+}
