@@ -444,7 +444,8 @@ impl RealRounds<'_> {
                 } else {
                     p.step
                 };
-                install(&self.config.state_dir, *job, &got, base)
+                let total = self.config.jobs[*job as usize].iterations;
+                install(&self.config.state_dir, *job, &got, base, total)
                     .map_err(|e| failed.get_or_insert(e))
                     .ok()
             };
