@@ -20,6 +20,7 @@ mod logs;
 pub mod parallel;
 pub mod rates;
 mod real_rounds;
+mod shares;
 pub mod state;
 pub mod view;
 
