@@ -101,6 +101,16 @@ pub(crate) fn waiting(
         .collect()
 }
 
+/// The running tasks of the jobs with a task in `ended` (tasks a restart
+/// found ended): they stop and are banked with those, as one merge.
+pub(crate) fn beside(running: &[Running], ended: &BTreeMap<u32, Vec<Running>>) -> HashSet<Key> {
+    running
+        .iter()
+        .filter(|r| ended.contains_key(&r.job))
+        .map(|r| (r.job, r.copy))
+        .collect()
+}
+
 impl RealRounds<'_> {
     /// The step each task of `new` (about to launch) is told to stop at,
     /// where it is not the job's total: for a job's copies launched
@@ -230,5 +240,18 @@ mod tests {
         let stopping: HashSet<Key> = [(2, 1)].into();
         let waiting = waiting(&all, &ended, &stopping);
         assert_eq!(waiting, [(0, 1)].into());
+    }
+
+    /// A restart that finds a copy ended stops the copies of its job it
+    /// found running, to bank them together.
+    #[test]
+    fn copies_beside_one_found_ended_are_banked_with_it() {
+        let all = [
+            running(0, 0, false),
+            running(1, 0, false),
+            running(1, 1, false),
+        ];
+        let ended = BTreeMap::from([(1, vec![running(1, 2, false)])]);
+        assert_eq!(beside(&all, &ended), [(1, 0), (1, 1)].into());
     }
 }
