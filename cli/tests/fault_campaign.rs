@@ -8,9 +8,10 @@
 //! - no (job, copy) ever has two live tasks (sampled from /proc every 20 ms
 //!   for the whole run, across the kills);
 //! - every finished job's collected checkpoint holds its total iterations
-//!   (`hadar`: the checkpoint's own `step` is the total; `hadare`: the
-//!   report's count of the copies' work, credited from their checkpoints'
-//!   steps, is the total);
+//!   (the report's count of the work, credited from the checkpoints'
+//!   steps, is the total; the checkpoint's own `step` is the total too,
+//!   for `hadare` in a run where no trainer was killed or stopped, and is
+//!   never above it);
 //! - no task of the run is left alive at the end.
 //!
 //! The same campaign, shorter (4 runs), over SSH on the test hosts
@@ -265,11 +266,20 @@ fn campaign_run(seed: u64, policy: &str, setup: &Setup, hadar: &Path, trainer: &
         let step = hadar_checkpoint::read_step(&latest)
             .expect("checkpoint")
             .expect("a step");
-        if policy == "hadar" {
-            assert_eq!(step, totals[i], "seed {seed}: job {i}'s checkpoint");
+        // HadarE's copies each stop at their share of what is left, and a
+        // merge's step never passes the total. A copy killed or hung is
+        // banked alone, and its model replaced by its job's other copies'
+        // (docs/reliability.md, "Not handled yet"): then the step may be
+        // short of the total, never above it.
+        let trainer_faults = counts.trainer_kills + counts.trainer_stops > 0;
+        if policy == "hadar" || !trainer_faults {
+            assert_eq!(
+                step, totals[i],
+                "seed {seed} ({policy}): job {i}'s checkpoint"
+            );
         } else {
             assert!(
-                step > 0,
+                step > 0 && step <= totals[i],
                 "seed {seed}: job {i}'s checkpoint holds step {step}"
             );
         }

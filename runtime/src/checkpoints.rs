@@ -66,17 +66,28 @@ impl Installed {
     }
 }
 
+/// The step a merge of copies records: where the job stands, `base` plus
+/// the iterations the copies added, never past the job's `total`. Copies
+/// are given shares that add up to what is left, but one that does not
+/// stop at its share, or a stop that comes late, works past the total: the
+/// model is then the total's (as the report says), the extra work in its
+/// weights only (before, the step said 30,355 of a job of 30,000).
+pub(crate) fn merged_step(base: u64, added: u64, total: u64) -> u64 {
+    base.saturating_add(added).min(total)
+}
+
 /// Makes `files` (fetched checkpoints with the iterations each task did)
 /// the job's latest, on disk (synced) when it returns. `base` is the step
 /// of the checkpoint the tasks resumed from (0 for a job's first; `None`:
-/// unknown): a merge of copies records `base` plus the iterations it adds
-/// as its `step`, where the job stands (the merge itself takes integer
-/// tensors from one copy, whose step counts its own work only).
+/// unknown): a merge of copies records [`merged_step`] as its `step`,
+/// where the job stands (the merge itself takes integer tensors from one
+/// copy, whose step counts its own work only). `total` is the job's.
 pub(crate) fn install(
     dir: &Path,
     job: u32,
     files: &[(PathBuf, u64)],
     base: Option<u64>,
+    total: u64,
 ) -> Result<Installed, RunError> {
     let mut done = Installed::default();
     if files.is_empty() {
@@ -128,7 +139,7 @@ pub(crate) fn install(
                 other?;
                 if let Some(base) = base {
                     let added: u64 = files.iter().map(|(_, it)| it).sum();
-                    hadar_checkpoint::write_step(&merging, base + added)?;
+                    hadar_checkpoint::write_step(&merging, merged_step(base, added, total))?;
                 }
                 // (`merge` and `write_step` sync the file; the rename is
                 // synced too: the tasks' directories, and the copies in
@@ -208,7 +219,7 @@ mod tests {
         write(&files[0].0, &[1.0, 2.0]);
         write(&files[1].0, &[3.0, 4.0]);
         write(&files[2].0, &[f32::NAN, 0.0]);
-        let done = install(dir.path(), 0, &files, Some(0)).expect("install");
+        let done = install(dir.path(), 0, &files, Some(0), 100).expect("install");
         assert_eq!(done.iterations, 20);
         assert_eq!(done.left_out, [(files[2].0.clone(), LeftOut::Diverged)]);
         assert!(done.took_any(3));
@@ -224,6 +235,58 @@ mod tests {
         assert!(aside.is_file(), "the diverged copy went with them");
     }
 
+    /// A safetensors file of an f32 tensor `w` and an I64 `step`.
+    fn write_with_step(path: &Path, values: &[f32], step: i64) {
+        let n = values.len() * 4;
+        let header = format!(
+            r#"{{"w":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{n}]}},"step":{{"dtype":"I64","shape":[],"data_offsets":[{n},{}]}}}}"#,
+            values.len(),
+            n + 8
+        );
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header.as_bytes());
+        bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        bytes.extend(step.to_le_bytes());
+        std::fs::write(path, bytes).expect("write");
+    }
+
+    /// The merge's step is where the job stands, but never past its total:
+    /// copies that did more than was left leave a model at the total (the
+    /// weights are their average all the same). Below the total it is the
+    /// base plus what they added.
+    #[test]
+    fn a_merge_of_copies_past_the_total_holds_the_total() {
+        assert_eq!(merged_step(90, 25, 100), 100);
+        assert_eq!(merged_step(90, 10, 100), 100);
+        assert_eq!(merged_step(40, 25, 100), 65);
+        assert_eq!(merged_step(u64::MAX, 1, 100), 100);
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let into = incoming(dir.path()).expect("incoming");
+        let files: Vec<(PathBuf, u64)> = [("a", 15), ("b", 5)]
+            .iter()
+            .map(|(n, it)| (into.join(format!("{n}.safetensors")), *it))
+            .collect();
+        // Resumed from step 90 of 100: together they did 20, 10 too many.
+        write_with_step(&files[0].0, &[1.0, 2.0], 105);
+        write_with_step(&files[1].0, &[5.0, 6.0], 95);
+        let done = install(dir.path(), 0, &files, Some(90), 100).expect("install");
+        assert_eq!(done.iterations, 20);
+        let out = latest(dir.path(), 0);
+        let step = hadar_checkpoint::read_step(&out).expect("read");
+        assert_eq!(step, Some(100), "the merged step is capped at the total");
+        // The weights are the average, weighted by the copies' iterations.
+        let bytes = std::fs::read(&out).expect("read");
+        let len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).expect("header");
+        let at = header["w"]["data_offsets"][0].as_u64().expect("offset") as usize + 8 + len;
+        let w: Vec<f32> = bytes[at..at + 8]
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        assert_eq!(w, [2.0, 3.0]);
+    }
+
     /// A copy that is not a safetensors file is left out of the merge and
     /// set aside; the others are merged. Copies that all are: none taken.
     #[test]
@@ -237,7 +300,7 @@ mod tests {
         write(&files[0].0, &[1.0, 2.0]);
         write(&files[1].0, &[3.0, 4.0]);
         std::fs::write(&files[2].0, "garbage").expect("write");
-        let done = install(dir.path(), 0, &files, Some(0)).expect("install");
+        let done = install(dir.path(), 0, &files, Some(0), 100).expect("install");
         assert_eq!(done.iterations, 20);
         assert_eq!(done.left_out, [(files[2].0.clone(), LeftOut::Unreadable)]);
         assert!(done.left_out(&files[2].0));
@@ -253,7 +316,7 @@ mod tests {
         for (p, _) in &both {
             std::fs::write(p, "not a checkpoint").expect("write");
         }
-        let done = install(dir.path(), 1, &both, Some(0)).expect("install");
+        let done = install(dir.path(), 1, &both, Some(0), 100).expect("install");
         assert!(!done.took_any(2), "{done:?}");
         assert!(!latest(dir.path(), 1).exists());
     }

@@ -21,6 +21,7 @@ pub mod parallel;
 pub mod rates;
 mod real_rounds;
 mod recover;
+mod shares;
 pub mod state;
 pub mod view;
 

@@ -131,7 +131,7 @@ const NO_CHECKPOINT_LIMIT: u32 = 5;
 pub const RENDEZVOUS_PORTS: std::ops::RangeInclusive<u16> = 29600..=30599;
 
 /// A task's key: (job, copy).
-type Key = (u32, u32);
+pub(crate) type Key = (u32, u32);
 
 /// What happened to the tasks of one round, for its report.
 #[derive(Default)]
@@ -161,6 +161,10 @@ pub(crate) struct Ledger {
     /// checkpoints are banked ([`RealRounds::say_crashes`]), so that the
     /// warning knows whether the job resumes from one.
     crashed_order: Vec<Key>,
+    /// HadarE's copies that finished their share and wait for their job's
+    /// other copies ([`crate::shares::waiting`]): their end is when they
+    /// exited, not when they are banked.
+    waited: HashSet<Key>,
 }
 
 /// How a crashed task of `crashes` failed, for its job's error.
@@ -328,7 +332,7 @@ impl RealRounds<'_> {
     /// Stops `tasks` (already out of the running list) and books their last
     /// progress; returns those stopped, and the first error. A task that
     /// could not be stopped stays ours, recorded as running.
-    async fn stop_tasks(
+    pub(crate) async fn stop_tasks(
         &mut self,
         tasks: Vec<Running>,
         ledger: &mut Ledger,
@@ -458,7 +462,8 @@ impl RealRounds<'_> {
                 } else {
                     p.step
                 };
-                install(&self.config.state_dir, *job, &got, base)
+                let total = self.config.jobs[*job as usize].iterations;
+                install(&self.config.state_dir, *job, &got, base, total)
                     .map_err(|e| failed.get_or_insert(e))
                     .ok()
             };
@@ -862,10 +867,19 @@ impl RealRounds<'_> {
             self.state.jobs[t.job.index()].starts += 1;
         }
         let ports = self.free_ports(&new)?;
+        // HadarE's copies each stop at their share of what is left.
+        let targets = self.copy_targets(&new);
         let specs: Vec<(Key, TaskSpec)> = new
             .iter()
             .zip(&ports)
-            .map(|(t, port)| ((t.job.0, t.copy), self.spec(t, plan.index, deadline, *port)))
+            .map(|(t, port)| {
+                let key = (t.job.0, t.copy);
+                let mut spec = self.spec(t, plan.index, deadline, *port);
+                if let Some(&target) = targets.get(&key) {
+                    spec.total_iterations = target;
+                }
+                (key, spec)
+            })
             .collect();
         // Write-ahead: the launches are on disk before they happen, so that
         // a run killed before their handles are saved finds them by token.
@@ -976,7 +990,7 @@ impl RealRounds<'_> {
 
     /// The step a new task of `job` resumes from: its latest checkpoint's,
     /// or 0 without one.
-    fn base_step(&self, job: u32) -> Option<u64> {
+    pub(crate) fn base_step(&self, job: u32) -> Option<u64> {
         if latest(&self.config.state_dir, job).is_file() {
             self.state.jobs[job as usize].step
         } else {
@@ -1123,7 +1137,9 @@ impl RealRounds<'_> {
 
     /// Takes the ended tasks out of the running list and banks their
     /// checkpoints, with the copies stopped as past their job's total; a
-    /// finished job's other copies stop. Returns whether a job finished.
+    /// copy done with its share while others of its job run waits for
+    /// them; a finished job's other copies stop. Returns whether a job
+    /// finished.
     async fn bank_ended(
         &mut self,
         ended: &HashSet<Key>,
@@ -1136,14 +1152,26 @@ impl RealRounds<'_> {
         // installed would replace the others' model (their work counted,
         // their weights gone).
         let enough = self.copies_past_the_total(ended);
+        // Copies done with their share before the others stay recorded (they
+        // have exited) and are banked with them, as one merge.
+        let waiting = crate::shares::waiting(&self.state.running, ended, &enough);
+        for key in &waiting {
+            if ledger.waited.insert(*key) {
+                ledger.ended.insert(*key, now);
+            }
+        }
+        let ended: HashSet<Key> = ended.difference(&waiting).copied().collect();
         let past = self.take_running(&enough);
         let (stopped, not_stopped) = self.stop_tasks(past, ledger).await;
         // (A node lost meanwhile strands its gangs' ranks on the others.)
         self.stop_stranded(ledger).await;
         self.read_crashes(crashed, ledger).await;
         // Ended tasks leave; their checkpoints are banked.
-        let mut gone = self.take_running(ended);
-        for r in &gone {
+        let mut gone = self.take_running(&ended);
+        for r in gone
+            .iter()
+            .filter(|r| !ledger.waited.contains(&(r.job, r.copy)))
+        {
             ledger.ended.insert((r.job, r.copy), now);
         }
         gone.extend(stopped);
@@ -1307,7 +1335,7 @@ impl RealRounds<'_> {
     }
 
     /// Takes the tasks with these keys out of the running list.
-    fn take_running(&mut self, keys: &HashSet<Key>) -> Vec<Running> {
+    pub(crate) fn take_running(&mut self, keys: &HashSet<Key>) -> Vec<Running> {
         let (taken, rest): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.state.running)
             .into_iter()
             .partition(|r| keys.contains(&(r.job, r.copy)));
@@ -1372,6 +1400,8 @@ impl RealRounds<'_> {
     /// whose merge then holds the total (its step counts all their work),
     /// instead of each running on towards the total alone until the round's
     /// end (two copies did 65% more work than the job's total that way).
+    /// Copies stop at their shares ([`crate::shares`]) before this: it is
+    /// for tasks that do not stop at their `HADAR_TOTAL_ITERATIONS`.
     fn copies_past_the_total(&self, ended: &HashSet<Key>) -> HashSet<Key> {
         let mut by_job: BTreeMap<u32, (u64, Vec<Key>)> = BTreeMap::new();
         for r in &self.state.running {

@@ -77,6 +77,18 @@ impl RealRounds<'_> {
             }
         }
         let mut ledger = Ledger::default();
+        // A job's copies are one model: those found running stop and are
+        // banked with those that ended (banked alone, an ended copy that
+        // did its share was installed, then replaced by the others').
+        let beside = crate::shares::beside(&self.state.running, &ended);
+        let running = self.take_running(&beside);
+        let (stopped, unstopped) = self.stop_tasks(running, &mut ledger).await;
+        if let Some(e) = unstopped {
+            tracing::warn!("stopping copies whose job's other copies ended: {e}");
+        }
+        for r in stopped {
+            ended.entry(r.job).or_default().push(r);
+        }
         if let Err(e) = self.bank(ended, &mut ledger).await {
             tracing::warn!(
                 "collecting the checkpoints of tasks that ended while no run watched: {e}"

@@ -117,7 +117,9 @@ pub struct TaskSpec {
     pub workdir: PathBuf,
     /// Files to place in the directory before the start.
     pub inputs: Vec<TaskFile>,
-    /// The job's total iterations.
+    /// The step the task stops at (`HADAR_TOTAL_ITERATIONS`): the job's
+    /// total iterations, or for a HadarE copy the end of its share of what
+    /// the job has left.
     pub total_iterations: u64,
     /// Unix time at which the round ends (s).
     pub deadline_unix_s: f64,

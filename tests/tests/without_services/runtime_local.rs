@@ -103,7 +103,7 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
         assert_eq!(j.state, "finished", "{j:?}");
         assert!(j.jct_s.expect("jct") > 0.0);
         // Its collected checkpoint holds all its iterations.
-        assert!(j.iterations >= 3000, "{j:?}");
+        assert_eq!(j.iterations, 3000, "{j:?}");
         // Real learning: the trainer's test accuracy, reported at the end.
         assert!(j.metrics["accuracy"] >= 0.9, "{j:?}");
     }
@@ -129,10 +129,10 @@ async fn finish(policy: PolicyKind) -> Vec<String> {
         assert!(k80.2 > 1200.0, "{k80:?}");
     }
     // Each job's model says where the job stands: its step is the total
-    // (a merge of copies adds their work up; it took one copy's step).
+    // (a merge of copies adds their shares up; it took one copy's step).
     let state = load_state(dir.path()).expect("state").expect("saved");
     for (name, p) in state.job_names.iter().zip(&state.jobs) {
-        assert!(p.step.is_some_and(|s| s >= 3000), "{name}: {p:?}");
+        assert_eq!(p.step, Some(3000), "{name}: {p:?}");
     }
     std::fs::read_dir(dir.path().join("tasks"))
         .expect("tasks")
@@ -334,17 +334,20 @@ async fn copies_that_keep_their_gpus_are_still_merged_every_round() {
     assert!(state.launching.is_empty(), "{:?}", state.launching);
 }
 
-/// A copy that reaches the job's total on its own between two polls is
-/// banked with the copy still running, as one merge: before, the running
-/// copy was stopped and banked first, then the finished one was installed
-/// over it (its work counted, its weights gone).
+/// A copy that finishes its share of the job long before the other copy
+/// waits for it, and the two are banked as one merge at the total: banked
+/// alone, the first was installed, then replaced by the other's model
+/// (its work counted, its weights gone). (Before copies had shares, the
+/// copy ran to the job's total alone, and the merge's step counted both
+/// copies' work past the total.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_copy_that_reaches_the_total_alone_is_merged_with_the_others() {
+async fn a_copy_done_with_its_share_first_is_merged_with_the_others() {
     let dir = tempfile::tempdir().expect("tempdir");
     let total = 3000;
     let trainer = local_trainer().display().to_string();
-    // Copy 0 trains slowly; copy 1 waits, then runs all 3,000 iterations
-    // in milliseconds, well inside one 100 ms poll.
+    // Copy 0 trains slowly (its 1,500 iterations take 7.5 s); copy 1
+    // waits, then runs its 1,500 in milliseconds, well inside one 100 ms
+    // poll. (Both on the fast node: even shares.)
     let script = r#"if [ "$HADAR_COPY" = 1 ]; then sleep 0.6; HADAR_TRAINER_ITER_US=0 exec "$0"; fi; exec "$0""#;
     let jobs = format!(
         "[[job]]\nname = \"race\"\ncommand = [\"sh\", \"-c\", '{script}', \"{trainer}\"]\n\
@@ -380,15 +383,82 @@ async fn a_copy_that_reaches_the_total_alone_is_merged_with_the_others() {
             .expect("a step")
     };
     let (slow, fast) = (checkpoint(0), checkpoint(1));
-    assert_eq!(step(&fast), total, "copy 1 ran to the total alone");
-    let behind = step(&slow);
-    assert!(behind > 0 && behind < total, "copy 0 stopped at {behind}");
-    // The job's model is the merge of both: its step counts both copies'
-    // work, and its weights are neither copy's.
+    assert_eq!(step(&fast), total / 2, "copy 1 ran its share");
+    assert_eq!(step(&slow), total / 2, "copy 0 ran its share");
+    // The job's model is the merge of both: its step is the total, and its
+    // weights are neither copy's.
     let latest = dir.path().join("jobs/0/latest.safetensors");
-    assert_eq!(step(&latest), total + behind);
+    assert_eq!(step(&latest), total);
     let bytes = |p: &std::path::Path| std::fs::read(p).expect("read");
     assert_ne!(bytes(&latest), bytes(&fast), "copy 1's model alone");
+    assert_ne!(bytes(&latest), bytes(&slow), "copy 0's model alone");
+    // One round: copy 1 was not started again while it waited.
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert_eq!(state.jobs[0].starts, 2, "{:?}", state.jobs[0]);
+}
+
+/// Runs the first active job as three copies: two on the fast node's
+/// GPUs, one on the slow node's.
+fn three_copies(job: JobId) -> Vec<Task> {
+    [0, 1, 2]
+        .into_iter()
+        .map(|g| Task {
+            job,
+            copy: g,
+            gpus: vec![GpuId(g)],
+        })
+        .collect()
+}
+
+/// HadarE's merged checkpoint holds exactly the job's total: each round's
+/// copies are given shares of what is left that add up to it (a copy stops
+/// at its share's end, `HADAR_TOTAL_ITERATIONS`), and the merge's step never
+/// passes the total. Before, copies all ran towards the total until their
+/// reports added up to it, then worked on through the poll and the stop:
+/// the probe's merged checkpoints held 30,355 of 30,000 and 41,342 of
+/// 40,000 while the report said the total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hadare_copies_leave_exactly_the_total_in_the_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let total = 12_000;
+    let trainer = local_trainer().display().to_string();
+    let mut cfg = first_job_config(
+        PolicyKind::HADARE,
+        dir.path(),
+        total,
+        FirstJob("three-copies", three_copies),
+    );
+    cfg.jobs = parse_jobs(
+        &format!(
+            "[[job]]\nname = \"exact\"\ncommand = [\"{trainer}\"]\niterations = {total}\n\
+             throughput = {{ v100 = 3000.0, k80 = 1000.0 }}\n\
+             env = {{ HADAR_TRAINER_ITER_US = \"300\" }}\n"
+        ),
+        "jobs.toml",
+    )
+    .expect("jobs");
+    let report = run(&cfg, Arc::new(LocalBackend::new()), &mut |_| {})
+        .await
+        .expect("run");
+    let job = &report.jobs[0];
+    assert_eq!(job.state, "finished", "{job:?}");
+    assert_eq!(job.iterations, total, "{job:?}");
+    assert!(job.metrics["accuracy"] >= 0.9, "{job:?}");
+    let latest = dir.path().join("jobs/0/latest.safetensors");
+    let step = hadar_checkpoint::read_step(&latest)
+        .expect("checkpoint")
+        .expect("a step");
+    assert_eq!(step, total, "the merged checkpoint's step");
+    let state = load_state(dir.path()).expect("state").expect("saved");
+    assert_eq!(state.jobs[0].step, Some(total), "{:?}", state.jobs[0]);
+    assert_eq!(state.jobs[0].held, total, "{:?}", state.jobs[0]);
+    // Copies ran, in more than one round (merged, then resumed from it).
+    let tasks: Vec<String> = std::fs::read_dir(dir.path().join("tasks"))
+        .expect("tasks")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(tasks.iter().any(|t| t.contains("-copy2-")), "{tasks:?}");
+    assert!(tasks.iter().any(|t| !t.contains("-round0-")), "{tasks:?}");
 }
 
 /// [`FirstJob`]'s plans, recording the restart costs the run hands over.
@@ -789,11 +859,13 @@ async fn a_damaged_history_is_refused_and_fresh_starts_over() {
     assert!(report.jobs.iter().all(|j| j.state == "finished"));
 }
 
-/// HadarE's copies that together reach the job's total are stopped then
-/// (their merge holds the total), not left to run towards the total each
-/// by itself until the round ends: with 30 s rounds, two copies at about
-/// 3,000 iterations/s each would do twice the job's work before one of
-/// them finished it alone.
+/// HadarE's copies together do the job's total, not more: each stops at
+/// its share of what is left (their merge holds the total), not left to
+/// run towards the total each by itself until the round ends (with 30 s
+/// rounds, two copies at about 3,000 iterations/s each would do twice the
+/// job's work before one of them finished it alone), nor stopped only
+/// once their reports add up to it (they work on through the poll and the
+/// stop).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_that_together_reach_the_total_are_stopped_then() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -821,13 +893,10 @@ async fn copies_that_together_reach_the_total_are_stopped_then() {
         tasks.iter().any(|t| !t.contains("-copy0-")),
         "copies ran: {tasks:?}"
     );
+    // Each copy stopped at its share: the merge holds the total exactly.
     let state = load_state(dir.path()).expect("state").expect("saved");
-    let held = state.jobs[0].held;
-    assert!(
-        (20_000..30_000).contains(&held),
-        "held {held}: {:?}",
-        state.jobs[0]
-    );
+    assert_eq!(state.jobs[0].held, 20_000, "{:?}", state.jobs[0]);
+    assert_eq!(state.jobs[0].step, Some(20_000), "{:?}", state.jobs[0]);
 }
 
 /// The task directories under `dir` (a run's state), and those of them that
