@@ -658,31 +658,7 @@ pub fn check_placeable(jobs: &[RunJob], cluster: &Cluster, multi_node: bool) -> 
         if groups.iter().zip(&rooms).any(|((_, gang), r)| r.0 >= *gang) {
             continue;
         }
-        let unknown: Vec<&str> = groups
-            .iter()
-            .flat_map(|(t, _)| t)
-            .filter(|t| cluster.gpu_type_id(t).is_none())
-            .map(String::as_str)
-            .collect();
-        if unknown.len() == groups.iter().map(|(t, _)| t.len()).sum::<usize>() {
-            // None of its types is here: no gang size or rank layout helps.
-            return Err(Error::Inconsistent {
-                location: Location::new("the jobs file").field(format!("job[{i}].gpu_types")),
-                message: format!(
-                    "job `{}` runs on {}, and this cluster has no GPU of {}: its GPU types \
-                     are {}; name one of them in the job's `gpu_types` (or `alternatives`), \
-                     or add such nodes to the cluster file",
-                    j.name,
-                    unknown.join(", "),
-                    if unknown.len() == 1 {
-                        "that type"
-                    } else {
-                        "those types"
-                    },
-                    cluster.gpu_types().join(", ")
-                ),
-            });
-        }
+        none_of_its_types(cluster, i, j, &groups)?;
         let mut best = (0, "no GPU of its types".to_string());
         for r in rooms {
             if r.0 > best.0 {
@@ -707,6 +683,41 @@ pub fn check_placeable(jobs: &[RunJob], cluster: &Cluster, multi_node: bool) -> 
         });
     }
     Ok(())
+}
+
+/// Refuses job `j` (number `i`) when the cluster has none of its GPU types:
+/// no gang size or rank layout helps there, and saying so names the fix.
+fn none_of_its_types(
+    cluster: &Cluster,
+    i: usize,
+    j: &RunJob,
+    groups: &[(Vec<String>, u32)],
+) -> Result<()> {
+    let unknown: Vec<&str> = groups
+        .iter()
+        .flat_map(|(t, _)| t)
+        .filter(|t| cluster.gpu_type_id(t).is_none())
+        .map(String::as_str)
+        .collect();
+    if unknown.len() < groups.iter().map(|(t, _)| t.len()).sum::<usize>() {
+        return Ok(());
+    }
+    Err(Error::Inconsistent {
+        location: Location::new("the jobs file").field(format!("job[{i}].gpu_types")),
+        message: format!(
+            "job `{}` runs on {}, and this cluster has no GPU of {}: its GPU types are {}; \
+             name one of them in the job's `gpu_types` (or `alternatives`), or add such nodes \
+             to the cluster file",
+            j.name,
+            unknown.join(", "),
+            if unknown.len() == 1 {
+                "that type"
+            } else {
+                "those types"
+            },
+            cluster.gpu_types().join(", ")
+        ),
+    })
 }
 
 /// The most GPUs of `types` one task can get: on the best node, or across
