@@ -199,25 +199,48 @@ fn alive(pid: u32) -> bool {
     }
 }
 
-/// The live ranks of the task with `token`, by (rank, node index, pid),
-/// rank 0 first; `None` unless every rank of the task is there. A rank is
-/// a process that leads a group of its own, carries the token, and whose
-/// parent does not (its children inherit the token; `torchrun`'s workers
-/// even lead sessions of their own, with `RANK`s of their own); its place
-/// comes from its `RANK` and `GROUP_RANK`, its count from `WORLD_SIZE`,
-/// for a task of protocol version 2 only (a version-1 task is rank 0 of 1,
-/// whatever `RANK` it inherited).
-fn find_by_token(token: &str) -> Option<Vec<(usize, u32)>> {
-    let entries = std::fs::read_dir("/proc").ok()?;
+/// What a look through `/proc` finds of a task's ranks.
+#[derive(Debug, PartialEq)]
+enum Ranks {
+    /// Every rank, by (node index, pid), rank 0 first.
+    Whole(Vec<(usize, u32)>),
+    /// Some ranks only: their pids.
+    Part(Vec<u32>),
+    /// None.
+    Gone,
+}
+
+/// The live ranks of the task with `token`. A rank is a process that leads
+/// a group of its own, carries the token, and whose parent does not (its
+/// children inherit the token; `torchrun`'s workers even lead sessions of
+/// their own, with `RANK`s of their own); its place comes from its `RANK`
+/// and `GROUP_RANK`, its count from `WORLD_SIZE`, for a task of protocol
+/// version 2 only (a version-1 task is rank 0 of 1, whatever `RANK` it
+/// inherited).
+fn look_for(token: &str) -> Ranks {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Ranks::Gone;
+    };
     let mut found: Vec<(u32, usize, u32, u32)> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid > 1 && carries_token(pid, token) && alive(pid))
-        .filter(|&pid| leads_group(pid) && !parent(pid).is_some_and(|p| carries_token(p, token)))
-        .map(|pid| {
-            if env_var(pid, "HADAR_PROTOCOL").as_deref() != Some("2") {
+        .filter(|&pid| pid > 1)
+        .filter_map(|pid| {
+            // One read of the environment for the token and the rank's
+            // variables: a rank that execs between two reads (`exec sleep`)
+            // was once read with its token and then without its protocol,
+            // and taken for a task of one process.
+            let env = Environ::of(pid)?;
+            (env.var("HADAR_TASK_TOKEN") == Some(token)
+                && alive(pid)
+                && leads_group(pid)
+                && !parent(pid).is_some_and(|p| carries_token(p, token)))
+            .then_some((pid, env))
+        })
+        .map(|(pid, env)| {
+            if env.var("HADAR_PROTOCOL") != Some("2") {
                 return (0, 0, 1, pid);
             }
-            let var = |k: &str| env_var(pid, k).and_then(|v| v.parse::<u32>().ok());
+            let var = |k: &str| env.var(k).and_then(|v| v.parse::<u32>().ok());
             let (rank, node, world) = (var("RANK"), var("GROUP_RANK"), var("WORLD_SIZE"));
             (
                 rank.unwrap_or(0),
@@ -229,19 +252,45 @@ fn find_by_token(token: &str) -> Option<Vec<(usize, u32)>> {
         .collect();
     found.sort();
     found.dedup_by_key(|f| f.0);
-    let world = found.first()?.2;
+    let Some(world) = found.first().map(|f| f.2) else {
+        return Ranks::Gone;
+    };
     let complete =
         found.len() == world as usize && found.iter().enumerate().all(|(i, f)| f.0 == i as u32);
-    if !complete {
-        // Part of a gang (a run killed between its ranks' launches, or a
-        // rank died while no run watched): it cannot train; its ranks are
-        // ours, by token, and are killed so that none is left behind.
-        for f in &found {
-            let _ = killpg(Pid::from_raw(f.3 as i32), NixSignal::SIGKILL);
-        }
-        return None;
+    if complete {
+        Ranks::Whole(found.into_iter().map(|f| (f.1, f.3)).collect())
+    } else {
+        Ranks::Part(found.into_iter().map(|f| f.3).collect())
     }
-    Some(found.into_iter().map(|f| (f.1, f.3)).collect())
+}
+
+/// How long a part of a gang is given to show whole before it is taken for
+/// broken: a rank between its fork and its exec still carries its parent's
+/// environment, not the token (seen under load).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The live ranks of the task with `token`, by (node index, pid), rank 0
+/// first; `None` unless every rank of the task is there (looked for twice,
+/// [`SETTLE`] apart, before a part is taken for broken). Part of a gang (a
+/// run killed between its ranks' launches, or a rank died while no run
+/// watched) cannot train: its ranks are ours, by token, and are killed so
+/// that none is left behind.
+async fn find_by_token(token: &str) -> Option<Vec<(usize, u32)>> {
+    let mut look = look_for(token);
+    if matches!(look, Ranks::Part(_)) {
+        tokio::time::sleep(SETTLE).await;
+        look = look_for(token);
+    }
+    match look {
+        Ranks::Whole(ranks) => Some(ranks),
+        Ranks::Part(pids) => {
+            for pid in pids {
+                let _ = killpg(Pid::from_raw(pid as i32), NixSignal::SIGKILL);
+            }
+            None
+        }
+        Ranks::Gone => None,
+    }
 }
 
 /// The parent of process `pid`.
@@ -263,16 +312,36 @@ fn leads_group(pid: u32) -> bool {
 
 /// Whether process `pid` has `HADAR_TASK_TOKEN=token` in its environment.
 fn carries_token(pid: u32, token: &str) -> bool {
-    env_var(pid, "HADAR_TASK_TOKEN").is_some_and(|t| t == token)
+    Environ::of(pid).is_some_and(|env| env.var("HADAR_TASK_TOKEN") == Some(token))
 }
 
-/// Variable `key` of process `pid`'s environment.
-fn env_var(pid: u32, key: &str) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let prefix = format!("{key}=");
-    env.split(|&b| b == 0)
-        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+/// A process's environment as one read of `/proc/PID/environ` found it.
+struct Environ(Vec<u8>);
+
+impl Environ {
+    /// A live process's environment reads empty while it execs (its old
+    /// memory is gone, its new one not yet there): a rank that `exec`s its
+    /// trainer would be taken for gone, and its gang for broken (seen under
+    /// load). Such a read is tried again, for 200 ms at most.
+    fn of(pid: u32) -> Option<Self> {
+        let path = format!("/proc/{pid}/environ");
+        for _ in 0..20 {
+            match std::fs::read(&path) {
+                Ok(env) if !env.is_empty() => return Some(Self(env)),
+                Ok(_) if alive(pid) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Variable `key`'s value (`None` where absent or not UTF-8).
+    fn var(&self, key: &str) -> Option<&str> {
+        self.0
+            .split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(key.as_bytes())?.strip_prefix(b"="))
+            .and_then(|v| std::str::from_utf8(v).ok())
+    }
 }
 
 #[async_trait::async_trait]
@@ -346,7 +415,7 @@ impl Backend for LocalBackend {
     }
 
     async fn find(&self, task: &TaskHandle) -> Result<Option<TaskHandle>, BackendError> {
-        Ok(find_by_token(&task.token).map(|ranks| {
+        Ok(find_by_token(&task.token).await.map(|ranks| {
             let ids: Vec<(usize, String)> =
                 ranks.into_iter().map(|(n, p)| (n, p.to_string())).collect();
             TaskHandle {

@@ -640,8 +640,44 @@ fn print_explanations(job: u32, results: &[RunResult]) {
         for line in &r.explanations {
             println!("  {line}");
         }
+        if let Some(summary) = explanations_summary(&r.explanations) {
+            println!("  {summary}");
+        }
         println!("  {}", bound_note(&r.summary));
     }
+}
+
+/// One line over a job's explained rounds (hundreds of lines on a long
+/// trace): how many rounds of each outcome, and the first round it ran.
+fn explanations_summary(lines: &[String]) -> Option<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    let mut first_ran: Option<&str> = None;
+    for line in lines {
+        // "round 3 t=0.30 h job 5 (79 of 100 in order): waited: ..."
+        let Some((head, outcome)) = line.split_once("): ") else {
+            continue;
+        };
+        let kind = outcome.split([' ', ':', ';']).next().unwrap_or("");
+        match counts.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((kind, 1)),
+        }
+        if kind != "waited" && first_ran.is_none() {
+            first_ran = head.split(" job ").next();
+        }
+    }
+    let total: usize = counts.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    let each: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    Some(format!(
+        "in all: {total} rounds explained: {}; {}",
+        each.join(", "),
+        first_ran.map_or("it never ran".to_string(), |r| format!(
+            "it first ran in {r}"
+        ))
+    ))
 }
 
 /// Which bounds the policy's `/bound` columns divide by, with their values.
@@ -689,6 +725,23 @@ fn seconds(s: &str) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn explained_rounds_are_summed_up_in_a_line() {
+        let lines: Vec<String> = [
+            "round 0 t=0.00 h job 5 (9 of 10 in order): waited: its best schedule starts later",
+            "round 1 t=0.10 h job 5 (9 of 10 in order): waited: its best schedule starts later",
+            "round 2 t=0.20 h job 5 (8 of 10 in order): ran on GPUs 6; prices ...",
+            "round 3 t=0.30 h job 5 (8 of 10 in order): shared GPUs 3 with job 7 (space sharing)",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            explanations_summary(&lines).as_deref(),
+            Some("in all: 4 rounds explained: waited 2, ran 1, shared 1; it first ran in round 2 t=0.20 h")
+        );
+        assert_eq!(explanations_summary(&[]), None);
+    }
 
     #[test]
     fn windows_parse() {

@@ -29,8 +29,11 @@ pub fn run(dir: &Path, every: Duration) -> Result<(), CliError> {
         if frame != last {
             let mut out = std::io::stdout().lock();
             let written = if tty {
-                // Home and clear: the frame replaces the last one.
-                write!(out, "\x1b[H\x1b[2J{frame}")
+                // Home and clear: the frame replaces the last one, each
+                // line cut to the terminal's width (a wrapped line pushes
+                // the frame's top off the screen).
+                let width = terminal_size::terminal_size().map(|(w, _)| usize::from(w.0));
+                write!(out, "\x1b[H\x1b[2J{}", fit(&frame, width))
             } else {
                 writeln!(out, "{frame}")
             };
@@ -48,6 +51,29 @@ pub fn run(dir: &Path, every: Duration) -> Result<(), CliError> {
         }
         std::thread::sleep(every);
     }
+}
+
+/// `text` with each line longer than `width` characters cut to it, its last
+/// character an ellipsis; as it is without a width.
+fn fit(text: &str, width: Option<usize>) -> String {
+    let Some(width) = width.filter(|&w| w > 1) else {
+        return text.to_string();
+    };
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (line, ""),
+        };
+        if body.chars().count() > width {
+            out.extend(body.chars().take(width - 1));
+            out.push('…');
+        } else {
+            out.push_str(body);
+        }
+        out.push_str(end);
+    }
+    out
 }
 
 /// One frame: the run, its GPUs by type and node, its jobs, the latest
@@ -197,6 +223,13 @@ pub fn duration(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_fits_the_terminal_s_width() {
+        assert_eq!(fit("abcdef\nab\n", Some(4)), "abc…\nab\n");
+        assert_eq!(fit("ééééé", Some(3)), "éé…");
+        assert_eq!(fit("abcdef\n", None), "abcdef\n");
+    }
 
     #[test]
     fn bars_and_durations() {

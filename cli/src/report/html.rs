@@ -64,7 +64,7 @@ pub fn write_report(
         }
         body += "</ul>\n";
     }
-    for p in plots {
+    for p in comparison_first(plots) {
         let svg = std::fs::read_to_string(p).map_err(|e| CliError::output(p.display(), e))?;
         let name = p
             .file_name()
@@ -83,6 +83,17 @@ pub fn write_report(
     let path = dir.join("report.html");
     crate::cmd::trace::write_atomically(&path, page.as_bytes())?;
     Ok(path)
+}
+
+/// The plots in the report's order: the one that sets the policies side by
+/// side (the JCT distributions) before each policy's own, which a reader
+/// otherwise scrolled past to reach it.
+fn comparison_first(plots: &[PathBuf]) -> Vec<&PathBuf> {
+    let (both, each): (Vec<&PathBuf>, Vec<&PathBuf>) = plots.iter().partition(|p| {
+        p.file_name()
+            .is_some_and(|n| n == super::plots::JCT_CDF_FILE)
+    });
+    both.into_iter().chain(each).collect()
 }
 
 /// An SVG file's text from its `<svg` element on (an XML declaration is not
@@ -109,5 +120,28 @@ mod tests {
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
         assert_eq!(strip_prolog("<?xml version=\"1.0\"?>\n<svg x>"), "<svg x>");
+    }
+
+    #[test]
+    fn the_comparison_plot_comes_first() {
+        let plots: Vec<PathBuf> = [
+            "o/fifo.gpu_timeline.svg",
+            "o/fifo.utilization.svg",
+            "o/jct_cdf.svg",
+        ]
+        .map(PathBuf::from)
+        .to_vec();
+        let names: Vec<_> = comparison_first(&plots)
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "jct_cdf.svg",
+                "fifo.gpu_timeline.svg",
+                "fifo.utilization.svg"
+            ]
+        );
     }
 }

@@ -7,9 +7,10 @@
 //!   Where a HadarE job runs as forked copies (on more GPUs than its gang)
 //!   its bars are hatched. A note under the chart says what the colors, the
 //!   hatching and the tinted background mean.
-//! - `<policy>.utilization.svg`: busy GPUs over time, per round, stacked by
-//!   type up to the cluster's size (no line hides another), the legend in
-//!   a panel beside the chart.
+//! - `<policy>.utilization.svg`: busy GPUs over time, per round, in a band
+//!   per type as tall as its GPUs, stacked up to the cluster's size (no line
+//!   hides another; a type's idle GPUs are the empty top of its band), the
+//!   legend in a panel beside the chart.
 //!
 //! A sweep's `jct_vs_load.svg`: mean JCT against the arrival rate, a line
 //! and a confidence band per policy.
@@ -119,6 +120,9 @@ type Root<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 /// A chart with `f64` axes on an SVG drawing area.
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
+/// The plot that sets the policies side by side: their JCT distributions.
+pub const JCT_CDF_FILE: &str = "jct_cdf.svg";
+
 /// Writes the plots of `results` into `dir` (created if missing) and returns
 /// the paths written: per result `<policy>.gpu_timeline.svg` and
 /// `<policy>.utilization.svg`, then `jct_cdf.svg` over all results (not
@@ -142,7 +146,7 @@ pub fn write_plots(dir: &Path, results: &[RunResult]) -> Result<Vec<PathBuf>, Cl
         written.push(path);
     }
     if !results.is_empty() {
-        let path = dir.join("jct_cdf.svg");
+        let path = dir.join(JCT_CDF_FILE);
         write_svg(&path, (WIDTH, 700), |root| draw_jct_cdf(root, results))?;
         written.push(path);
     }
@@ -1078,8 +1082,9 @@ fn rasterize(
 /// Width of the legend panel right of the utilization chart (px).
 const LEGEND_PX: u32 = 150;
 
-/// Draws the busy GPUs of `r`'s rounds, stacked by type (so no line hides
-/// another), up to the cluster's size; the legend sits beside the chart.
+/// Draws the busy GPUs of `r`'s rounds, each type's in a band of its own as
+/// tall as its GPUs, stacked up to the cluster's size; the legend sits
+/// beside the chart.
 fn draw_utilization(root: &Root<'_>, r: &RunResult) -> Result<(), DrawError> {
     let end_s = end_seconds(r);
     let unit = TimeUnit::for_span(end_s);
@@ -1089,7 +1094,7 @@ fn draw_utilization(root: &Root<'_>, r: &RunResult) -> Result<(), DrawError> {
     let mut chart = ChartBuilder::on(&plot)
         .caption(
             format!(
-                "{}: busy GPUs, stacked by type ({total} GPUs)",
+                "{}: busy GPUs, a band per type ({total} GPUs)",
                 r.summary.policy
             ),
             ("sans-serif", 22),
@@ -1111,24 +1116,40 @@ fn draw_utilization(root: &Root<'_>, r: &RunResult) -> Result<(), DrawError> {
         .y_desc("GPUs busy")
         .draw()?;
 
-    // Type t's band lies between the busy GPUs of the types before it and
-    // those of the types up to it.
-    let below = |x: &RoundRecord, t: usize| (0..t).map(|u| busy(x, u)).sum::<f64>();
+    // Each type has a band as tall as its GPUs, those of the types before it
+    // below; its busy GPUs fill it from the bottom, so that its idle ones are
+    // the empty rest of its own band (stacking the busy counts alone put one
+    // type's idle GPUs in another's band).
     let mut keys = Vec::new();
+    let mut floor = 0.0;
     for (t, &gpus) in r.gpus_per_type.iter().enumerate() {
         if gpus == 0 {
             continue;
         }
-        let upper = series_points(&r.rounds, end_s, unit, |x| below(x, t) + busy(x, t));
-        let lower = series_points(&r.rounds, end_s, unit, |x| below(x, t));
+        let top = floor + f64::from(gpus);
+        let upper = series_points(&r.rounds, end_s, unit, |x| floor + busy(x, t));
         let color = palette(t);
-        let outline: Vec<(f64, f64)> = upper.iter().chain(lower.iter().rev()).copied().collect();
+        let (first, last) = (
+            upper.first().map_or(0.0, |p| p.0),
+            upper.last().map_or(0.0, |p| p.0),
+        );
+        let outline: Vec<(f64, f64)> = upper
+            .iter()
+            .copied()
+            .chain([(last, floor), (first, floor)])
+            .collect();
         chart.draw_series(std::iter::once(Polygon::new(
             outline,
             tint(color, 0.35).filled(),
         )))?;
         chart.draw_series(LineSeries::new(upper, color.stroke_width(1)))?;
+        // The band's top: its GPUs, busy or not.
+        chart.draw_series(LineSeries::new(
+            [(0.0, top), (unit.of(end_s), top)],
+            color.mix(0.6).stroke_width(1),
+        ))?;
         keys.push((format!("{} ({gpus})", type_name(r, t)), color));
+        floor = top;
     }
     draw_legend(&legend, &keys, "GPU type (GPUs)")?;
     Ok(())
@@ -1516,7 +1537,7 @@ mod tests {
         assert!(timeline.contains("Tinted background: the GPU is idle"));
 
         let util = read(&out.join("max_min_fairness.utilization.svg"));
-        assert!(util.contains("max_min_fairness: busy GPUs, stacked by type (3 GPUs)"));
+        assert!(util.contains("max_min_fairness: busy GPUs, a band per type (3 GPUs)"));
         assert!(util.contains("v100 (1)") && util.contains("k80 (2)"));
         assert!(util.contains("<polygon") && util.contains("<polyline"));
         assert!(!util.contains("%<"), "counts, not percentages above 100%");

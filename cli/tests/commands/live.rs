@@ -405,3 +405,69 @@ fn a_token_file_is_a_small_regular_file() {
         assert!(err.contains("--token-file") && err.contains(says), "{err}");
     }
 }
+
+/// `hadar serve` on a finished run reads the run's files again when
+/// history.jsonl is rewritten in place (its state file unchanged): a
+/// damaged history is said at once, a repaired one served again, neither
+/// waits for a restart of the server.
+#[test]
+fn a_history_rewritten_in_place_is_read_again() {
+    let (hadar, trainer) = binaries();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = jobs_file(dir.path(), &trainer);
+    let state = dir.path().join("state");
+    let run = Command::new(hadar)
+        .args(["run", "--round-seconds", "1", "--json", "--cluster"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local/cluster.toml"))
+        .arg("--jobs")
+        .arg(&jobs)
+        .arg("--state")
+        .arg(&state)
+        .output()
+        .expect("hadar run");
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let mut serve = Killed(Some(
+        Command::new(hadar)
+            .args(["serve", "--addr", "127.0.0.1:0", "--state"])
+            .arg(&state)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("hadar serve"),
+    ));
+    let mut line = String::new();
+    let child = serve.0.as_mut().expect("serve");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    stderr.read_line(&mut line).expect("serve's first line");
+    // The rest is read too: the server logs why it answers 500, and a
+    // closed pipe would end it.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let port: u16 = line
+        .split("http://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    let api = || raw_status(port, "GET /api/run HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    assert_eq!(api(), 200);
+    let history = state.join("history.jsonl");
+    let good = std::fs::read(&history).expect("history.jsonl");
+    // In place: the same file (inode), other bytes of the same length.
+    let rewrite = |bytes: &[u8]| {
+        use std::io::{Seek, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&history)
+            .expect("history.jsonl");
+        f.seek(std::io::SeekFrom::Start(0)).expect("seek");
+        f.write_all(bytes).expect("rewrite");
+        f.sync_all().expect("sync");
+    };
+    // (Modification times of one write and the next can be equal to the
+    // clock's grain: a pause makes them differ.)
+    std::thread::sleep(Duration::from_millis(20));
+    rewrite(&vec![b'x'; good.len()]);
+    assert_eq!(api(), 500, "a damaged history is said");
+    std::thread::sleep(Duration::from_millis(20));
+    rewrite(&good);
+    assert_eq!(api(), 200, "a repaired history is served");
+}

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::cluster::GpuId;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::Task;
 use crate::scheduler::Scheduler;
 use crate::throughput::ThroughputTable;
@@ -44,7 +44,8 @@ impl View {
             cluster.clone(),
             Arc::new(table),
             full.table().source(),
-        )?
+        )
+        .map_err(|e| lost_too_much(gone, e))?
         .with_restart_default(full.restart_default_s())?;
         let to_full = cluster
             .gpus()
@@ -72,5 +73,77 @@ impl View {
                 }
             }
         }
+    }
+}
+
+/// The nodes a run lost, when what is left cannot run one of its jobs: the
+/// nodes' fault, said as theirs (it read as the job's: "job 1 needs 3
+/// GPUs"), and a run's failure (exit 7), not an input's.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the run lost node(s) {} (unreachable, said above as they were dropped), and the nodes \
+     left cannot run every job: {cause}; make them reachable again, then run the same \
+     command to resume",
+    nodes.join(", ")
+)]
+pub struct NodesLost {
+    /// The nodes lost.
+    pub nodes: Vec<String>,
+    /// What the cluster left cannot hold.
+    #[source]
+    pub cause: Error,
+}
+
+/// `e`, from the cluster without the `gone` nodes, as their loss.
+fn lost_too_much(gone: &[String], e: Error) -> Error {
+    match e {
+        Error::Inconsistent { .. } => Error::Executor {
+            source: Box::new(NodesLost {
+                nodes: gone.to_vec(),
+                cause: e,
+            }),
+        },
+        e => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::job::Job;
+
+    /// A job that the nodes left cannot hold after a loss is told as the
+    /// lost nodes' doing, as the executor's failure (a real run's exit 7),
+    /// with the job's own words under it.
+    #[test]
+    fn a_loss_that_leaves_a_job_no_room_is_the_nodes_fault() {
+        let cluster = Cluster::from_toml_str(
+            "[[node]]\nname='h1'\ngpus={v100=2}\n[[node]]\nname='h2'\ngpus={v100=1}\n",
+            "c.toml",
+        )
+        .unwrap();
+        let mut t = ThroughputTable::default();
+        t.set_isolated("trio", 3, "v100", 1.0);
+        let mut job = Job::single_gpu(0, "trio", 10);
+        job.scale_factor = 3;
+        let full = Arc::new(Workload::new(vec![job], Arc::new(cluster), Arc::new(t), "t").unwrap());
+        let mut make: Box<SchedulerFactory<'_>> =
+            Box::new(|_: &Workload| -> Result<Box<dyn Scheduler>> {
+                unreachable!("no scheduler is built for a cluster too small")
+            });
+        let err = View::build(&full, &["h2".to_string()], None, &mut *make)
+            .err()
+            .expect("no room left");
+        let Error::Executor { source } = &err else {
+            panic!("not the executor's failure: {err}");
+        };
+        let lost = source.downcast_ref::<NodesLost>().expect("NodesLost");
+        assert_eq!(lost.nodes, ["h2"]);
+        let said = err.to_string();
+        assert!(
+            said.starts_with("the run lost node(s) h2") && said.contains("needs 3 GPUs"),
+            "{said}"
+        );
     }
 }

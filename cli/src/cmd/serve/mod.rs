@@ -274,11 +274,12 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: Router, limits: Lim
 struct Served {
     dir: PathBuf,
     token: Option<String>,
-    /// The last view and the state file it was read from (inode, length,
-    /// modification time: every save writes a new file and renames it into
-    /// place): a scrape every second of a long run's history costs one read
-    /// per save, not one per request.
-    cache: Mutex<Option<(FileKey, Arc<RunView>)>>,
+    /// The last view and the files it was read from (inode, length,
+    /// modification time of state.json, which every save writes anew and
+    /// renames into place, and of history.jsonl, which grows): a scrape
+    /// every second of a long run's history costs one read per save, not one
+    /// per request, and a history rewritten in place is read again.
+    cache: Mutex<Option<(ViewKey, Arc<RunView>)>>,
 }
 
 fn router(s: Arc<Served>) -> Router {
@@ -412,7 +413,12 @@ impl Served {
     }
 
     fn view_now(&self) -> Result<Arc<RunView>, Refused> {
-        let key = file_key(&hadar_runtime::state::state_path(&self.dir));
+        let key = file_key(&hadar_runtime::state::state_path(&self.dir)).map(|state| {
+            (
+                state,
+                file_key(&hadar_runtime::history::history_path(&self.dir)),
+            )
+        });
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if let (Some(k), Some((at, v))) = (key, cache.as_ref()) {
             if k == *at {
@@ -447,6 +453,10 @@ impl Served {
 
 /// What tells one saved state file from the next.
 type FileKey = (u64, u64, SystemTime);
+
+/// What tells one saved run from the next: its state file's key and its
+/// history file's (a run may have none yet).
+type ViewKey = (FileKey, Option<FileKey>);
 
 fn file_key(path: &Path) -> Option<FileKey> {
     use std::os::unix::fs::MetadataExt;
