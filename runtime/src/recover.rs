@@ -102,15 +102,25 @@ impl RealRounds<'_> {
         self.persist_and_clean_up().await
     }
 
-    /// Looks for each task recorded as running by its token: where the
-    /// backend finds it under another id (its saved pid was taken by another
-    /// process, the state was restored from a copy), the record follows the
-    /// task, so the run neither signals the stranger nor launches the task
-    /// beside itself. Not found, or its node silent: the record stays, and
-    /// the polls settle it as they settle any task.
+    /// Looks by its token for each task recorded as running whose recorded
+    /// id answers as gone without an exit code (no process of ours there):
+    /// where the backend finds it under another id (its saved pid was taken
+    /// by another process, the state was restored from a copy), the record
+    /// follows the task, so the run neither signals the stranger nor
+    /// launches the task beside itself. A task that runs, ended with a code
+    /// or broke is left to the polls, which stop a broken gang after its
+    /// grace (a `find` kills the rest of a gang at once); so is one not
+    /// found, or on a silent node.
     async fn find_running_again(&mut self) {
         for i in 0..self.state.running.len() {
             let handle = self.state.running[i].handle.clone();
+            let vanished = matches!(
+                self.backend.status(&handle).await.map(|s| s.state),
+                Ok(hadar_backend::TaskState::Exited { code: None })
+            );
+            if !vanished {
+                continue;
+            }
             let Ok(Some(found)) = self.backend.find(&handle).await else {
                 continue;
             };
