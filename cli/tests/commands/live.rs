@@ -311,13 +311,7 @@ fn other_machines_need_the_token() {
     std::io::BufReader::new(serve.stderr.take().expect("stderr"))
         .read_line(&mut line)
         .expect("serve's first line");
-    // "serving DIR on http://0.0.0.0:PORT/ (Ctrl-C stops)"
-    let port: u16 = line
-        .split("http://0.0.0.0:")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    let port = served_port(&line);
     let url = format!("http://127.0.0.1:{port}/metrics");
     let client = reqwest::blocking::Client::new();
     let without = client.get(&url).send().expect("GET");
@@ -360,6 +354,17 @@ fn other_machines_need_the_token() {
     // Authorized: no run in the directory yet, said.
     assert_eq!(with.status().as_u16(), 404);
     assert!(with.text().expect("body").contains("no run in"));
+}
+
+/// The port in `hadar serve`'s first line, "serving DIR on
+/// http://ADDR:PORT/ (Ctrl-C stops)".
+fn served_port(line: &str) -> u16 {
+    line.split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"))
 }
 
 /// The status code the server on `port` answers `request` (sent as is).
@@ -441,12 +446,7 @@ fn a_history_rewritten_in_place_is_read_again() {
     // The rest is read too: the server logs why it answers 500, and a
     // closed pipe would end it.
     std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    let port: u16 = line
-        .split("http://127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    let port = served_port(&line);
     let api = || raw_status(port, "GET /api/run HTTP/1.1\r\nHost: localhost\r\n\r\n");
     assert_eq!(api(), 200);
     let history = state.join("history.jsonl");
